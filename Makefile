@@ -1,0 +1,53 @@
+# The two commands that matter: `make run` (the whole service, embedded defaults) and
+# `make test`. Both install what they need into .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?= -n 2
+
+.PHONY: install run test test-sqlite lint format check-migrations schema deploy-check ci bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: web + Celery worker + beat on SQLite and a filesystem broker (or whatever
+## DATABASE_URL / CELERY_BROKER_URL say), with the catalog loaded and a demo admin.
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py loadcatalog
+	$(PY) manage.py demo_setup
+	exec bash deploy/run.sh
+
+## make test: the whole suite (SQLite unless DATABASE_URL points elsewhere).
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+check-migrations: install
+	$(PY) manage.py makemigrations --check --dry-run
+
+schema: install
+	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+
+deploy-check: install
+	DEBUG=0 SECRET_KEY=$$($(PY) -c 'import secrets;print(secrets.token_urlsafe(50))') \
+	ALLOWED_HOSTS=lifecycle.example.com $(PY) manage.py check --deploy --fail-level WARNING
+
+bench: install
+	$(PY) bench/bench_simengine.py
+
+clean:
+	rm -rf var .pytest_cache test-artifacts

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from django import forms
+
+from catalog.lifecycle import LifecycleError, utc_today, validate_lifecycle
+from catalog.models import ModelVersion, Tier
+
+
+class ModelVersionAdminForm(forms.ModelForm):
+    """The change form: lifecycle checks show on the form, next to the fields."""
+
+    class Meta:
+        model = ModelVersion
+        fields = "__all__"  # noqa: DJ007 (the admin fieldsets choose what shows)
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            validate_lifecycle(
+                self.instance,
+                released_on=data.get("released_on"),
+                generally_available_on=data.get("generally_available_on"),
+                retirement_announced_on=data.get("retirement_announced_on"),
+                retires_on=data.get("retires_on"),
+                successor=data.get("successor"),
+            )
+        except LifecycleError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+class ScheduleRetirementForm(forms.Form):
+    retires_on = forms.DateField(
+        help_text="Retired from 00:00 UTC on this day (YYYY-MM-DD).",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+    announced_on = forms.DateField(
+        required=False,
+        help_text="When clients are told (defaults to today). Deprecation headers start then.",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+    successor = forms.ModelChoiceField(queryset=ModelVersion.objects.all(), required=False)
+    successor_tier = forms.ModelChoiceField(
+        queryset=Tier.objects.all(),
+        required=False,
+        help_text="The tier the successor is recommended on.",
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+    def clean(self):
+        data = super().clean()
+        retires_on = data.get("retires_on")
+        if retires_on and retires_on < utc_today():
+            self.add_error("retires_on", "The date is in the past; use 'Retire now' instead.")
+        announced = data.get("announced_on")
+        if announced and retires_on and announced > retires_on:
+            self.add_error("announced_on", "The announcement must come before the retirement.")
+        return data
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)

@@ -1,0 +1,368 @@
+"""Lifecycle rules for model versions: one place for status, successors and changes.
+
+Status at an instant is derived from the dates (UTC calendar days):
+
+- `upcoming`   before `released_on`
+- `retired`    from 00:00 UTC on `retires_on`
+- `deprecated` a retirement is scheduled and announced, the model still serves
+- `preview`    released, not yet generally available (a preview kind without a GA date
+               stays a preview)
+- `active`     everything else
+
+`model_status` (one object) and `status_q` (a queryset filter) implement the same rule;
+a test checks they agree for every model on every boundary day.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from email.utils import format_datetime
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from catalog.models import LifecycleChange, ModelVersion, Tier
+
+UPCOMING = "upcoming"
+PREVIEW = "preview"
+ACTIVE = "active"
+DEPRECATED = "deprecated"
+RETIRED = "retired"
+STATUSES = (UPCOMING, PREVIEW, ACTIVE, DEPRECATED, RETIRED)
+
+LIFECYCLE_FIELDS = (
+    "released_on",
+    "generally_available_on",
+    "retirement_announced_on",
+    "retires_on",
+    "successor",
+    "successor_tier",
+)
+
+
+class LifecycleError(ValueError):
+    """A lifecycle change that cannot be: the message says why, for a person."""
+
+
+def utc_today(at: dt.datetime | None = None) -> dt.date:
+    at = at or timezone.now()
+    return at.astimezone(dt.UTC).date()
+
+
+def day_start(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
+
+
+def model_status(model: ModelVersion, at: dt.datetime | None = None) -> str:
+    today = utc_today(at)
+    if today < model.released_on:
+        return UPCOMING
+    if model.retires_on is not None and today >= model.retires_on:
+        return RETIRED
+    if model.retires_on is not None and (
+        model.retirement_announced_on is None or model.retirement_announced_on <= today
+    ):
+        return DEPRECATED
+    ga = model.generally_available_on
+    if (ga is not None and today < ga) or (ga is None and model.kind == ModelVersion.Kind.PREVIEW):
+        return PREVIEW
+    return ACTIVE
+
+
+def status_q(status: str, at: dt.datetime | None = None) -> Q:
+    """The queryset filter selecting models whose `model_status` is `status`."""
+    today = utc_today(at)
+    released = Q(released_on__lte=today)
+    retired = Q(retires_on__lte=today)
+    deprecated = Q(retires_on__gt=today) & (
+        Q(retirement_announced_on__isnull=True) | Q(retirement_announced_on__lte=today)
+    )
+    preview = Q(generally_available_on__gt=today) | Q(
+        generally_available_on__isnull=True, kind=ModelVersion.Kind.PREVIEW
+    )
+    if status == UPCOMING:
+        return ~released
+    if status == RETIRED:
+        return released & retired
+    if status == DEPRECATED:
+        return released & deprecated
+    if status == PREVIEW:
+        return released & ~retired & ~deprecated & preview
+    if status == ACTIVE:
+        return released & ~retired & ~deprecated & ~preview
+    raise LifecycleError(f"Unknown status {status!r}; expected one of {', '.join(STATUSES)}.")
+
+
+def retiring_within_q(days: int, at: dt.datetime | None = None) -> Q:
+    today = utc_today(at)
+    return Q(retires_on__gt=today, retires_on__lte=today + dt.timedelta(days=days))
+
+
+def is_serving(model: ModelVersion, at: dt.datetime | None = None) -> bool:
+    return model_status(model, at) in (PREVIEW, ACTIVE, DEPRECATED)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Where a successor chain leads today, and the path taken."""
+
+    model: ModelVersion
+    chain: tuple[ModelVersion, ...]
+    tier: Tier | None
+
+
+def resolve_successor(model: ModelVersion, at: dt.datetime | None = None) -> Resolution:
+    """Follow successors from a deprecated or retired model to the model to use today.
+
+    An active model resolves to itself. The tier is the last recommendation on the way
+    (Spark -> Sol recommends Ultrafast).
+    """
+    chain = [model]
+    seen = {model.pk}
+    tier = None
+    current = model
+    while current.successor_id is not None and model_status(current, at) in (DEPRECATED, RETIRED):
+        nxt = current.successor
+        if nxt.pk in seen:  # refused on write; guard against hand-edited rows anyway
+            raise LifecycleError(f"Successor chain of {model.slug} loops at {nxt.slug}.")
+        tier = current.successor_tier
+        seen.add(nxt.pk)
+        chain.append(nxt)
+        current = nxt
+    return Resolution(model=current, chain=tuple(chain), tier=tier)
+
+
+def resolve_model_reference(ref: str, at: dt.datetime | None = None) -> ModelVersion | None:
+    """A model slug, or a family alias (`sol`) meaning its newest serving version."""
+    found = ModelVersion.objects.select_related("family", "successor").filter(slug=ref).first()
+    if found is not None:
+        return found
+    serving = (
+        ModelVersion.objects.filter(family__slug=ref)
+        .filter(status_q(ACTIVE, at) | status_q(PREVIEW, at) | status_q(DEPRECATED, at))
+        .order_by("-released_on", "slug")
+    )
+    newest = serving.first()
+    if newest is not None:
+        return newest
+    any_version = ModelVersion.objects.filter(family__slug=ref).order_by("-released_on").first()
+    return any_version
+
+
+def validate_lifecycle(
+    model: ModelVersion,
+    *,
+    released_on: dt.date,
+    retirement_announced_on: dt.date | None,
+    retires_on: dt.date | None,
+    successor: ModelVersion | None,
+    generally_available_on: dt.date | None = None,
+) -> None:
+    """Refuse impossible lifecycles with a message a person can act on."""
+    if retires_on is not None and retires_on < released_on:
+        raise LifecycleError(
+            f"{model.slug} cannot retire on {retires_on} before its release on {released_on}."
+        )
+    if generally_available_on is not None and generally_available_on < released_on:
+        raise LifecycleError(
+            f"{model.slug} cannot be generally available ({generally_available_on}) "
+            f"before its release ({released_on})."
+        )
+    if retirement_announced_on is not None:
+        if retires_on is None:
+            raise LifecycleError("An announcement date needs a retirement date.")
+        if retirement_announced_on > retires_on:
+            raise LifecycleError(
+                f"The retirement of {model.slug} cannot be announced ({retirement_announced_on}) "
+                f"after it takes effect ({retires_on})."
+            )
+    if retires_on is not None and model.pk is not None:
+        # This model may itself be someone's successor: it must not leave first.
+        early = model.predecessors.filter(retires_on__gt=retires_on).order_by("slug").first()
+        if early is not None:
+            raise LifecycleError(
+                f"{model.slug} is the successor of {early.slug}, which retires on "
+                f"{early.retires_on}; {model.slug} cannot retire before it ({retires_on})."
+            )
+    if successor is None:
+        return
+    if model.pk is not None and successor.pk == model.pk:
+        raise LifecycleError(f"{model.slug} cannot be its own successor.")
+    # Walk the successor's chain: meeting this model again would close a cycle.
+    seen = {successor.pk}
+    node = successor
+    while node.successor_id is not None:
+        if model.pk is not None and node.successor_id == model.pk:
+            path = " -> ".join([model.slug, *_chain_slugs(successor, stop=model.pk)])
+            raise LifecycleError(f"Successor cycle: {path} -> {model.slug}.")
+        if node.successor_id in seen:
+            break
+        seen.add(node.successor_id)
+        node = node.successor
+    if successor.retires_on is not None and (
+        retires_on is None or successor.retires_on < retires_on
+    ):
+        when = f"on {retires_on}" if retires_on else "with no retirement scheduled"
+        raise LifecycleError(
+            f"Successor {successor.slug} retires on {successor.retires_on}, before "
+            f"{model.slug} does ({when}); choose a successor that outlives it."
+        )
+
+
+def _chain_slugs(start: ModelVersion, stop: int) -> list[str]:
+    slugs, node, seen = [], start, set()
+    while node is not None and node.pk != stop and node.pk not in seen:
+        seen.add(node.pk)
+        slugs.append(node.slug)
+        node = node.successor
+    return slugs
+
+
+def _display(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, ModelVersion | Tier):
+        return value.slug
+    return str(value)
+
+
+@transaction.atomic
+def model_update_lifecycle(
+    *,
+    model: ModelVersion,
+    actor: str,
+    user=None,
+    reason: str = "",
+    **changes,
+) -> ModelVersion:
+    """Change lifecycle fields of a model, validated, with one history row per change.
+
+    Every writer (admin form and actions, loadcatalog, future retirement workflow) goes
+    through here, so the history is complete.
+    """
+    unknown = set(changes) - set(LIFECYCLE_FIELDS)
+    if unknown:
+        raise LifecycleError(f"Not lifecycle fields: {', '.join(sorted(unknown))}.")
+    locked = ModelVersion.objects.select_for_update().get(pk=model.pk)
+    proposed = {f: changes.get(f, getattr(locked, f)) for f in LIFECYCLE_FIELDS}
+    validate_lifecycle(
+        locked,
+        released_on=proposed["released_on"],
+        generally_available_on=proposed["generally_available_on"],
+        retirement_announced_on=proposed["retirement_announced_on"],
+        retires_on=proposed["retires_on"],
+        successor=proposed["successor"],
+    )
+    rows = []
+    for field in LIFECYCLE_FIELDS:
+        old, new = getattr(locked, field), proposed[field]
+        if old != new:
+            rows.append(
+                LifecycleChange(
+                    model=locked,
+                    field=field,
+                    old_value=_display(old),
+                    new_value=_display(new),
+                    changed_by=user,
+                    actor=actor,
+                    reason=reason,
+                )
+            )
+            setattr(locked, field, new)
+    if rows:
+        locked.save()
+        LifecycleChange.objects.bulk_create(rows)
+    # Keep the caller's object current.
+    for field in LIFECYCLE_FIELDS:
+        setattr(model, field, getattr(locked, field))
+    return locked
+
+
+def model_schedule_retirement(
+    *,
+    model: ModelVersion,
+    retires_on: dt.date,
+    successor: ModelVersion | None,
+    successor_tier: Tier | None = None,
+    announced_on: dt.date | None = None,
+    actor: str,
+    user=None,
+    reason: str = "",
+) -> ModelVersion:
+    if model_status(model) == RETIRED:
+        raise LifecycleError(f"{model.slug} is already retired (on {model.retires_on}).")
+    return model_update_lifecycle(
+        model=model,
+        actor=actor,
+        user=user,
+        reason=reason,
+        retires_on=retires_on,
+        retirement_announced_on=announced_on or min(utc_today(), retires_on),
+        successor=successor,
+        successor_tier=successor_tier,
+    )
+
+
+def model_retire_now(
+    *, model: ModelVersion, actor: str, user=None, reason: str = "", at: dt.datetime | None = None
+) -> ModelVersion:
+    """Retire from today (00:00 UTC): new work is refused from this moment."""
+    if model_status(model, at) == RETIRED:
+        raise LifecycleError(f"{model.slug} is already retired (on {model.retires_on}).")
+    today = utc_today(at)
+    return model_update_lifecycle(
+        model=model,
+        actor=actor,
+        user=user,
+        reason=reason or "retired now",
+        retires_on=today,
+        retirement_announced_on=min(model.retirement_announced_on or today, today),
+    )
+
+
+def model_cancel_retirement(
+    *, model: ModelVersion, actor: str, user=None, reason: str = ""
+) -> ModelVersion:
+    status = model_status(model)
+    if status == RETIRED:
+        raise LifecycleError(
+            f"{model.slug} retired on {model.retires_on}; a retirement that has taken effect "
+            "cannot be cancelled."
+        )
+    if model.retires_on is None:
+        raise LifecycleError(f"{model.slug} has no retirement scheduled.")
+    return model_update_lifecycle(
+        model=model,
+        actor=actor,
+        user=user,
+        reason=reason or "retirement cancelled",
+        retires_on=None,
+        retirement_announced_on=None,
+    )
+
+
+def http_date(day: dt.date) -> str:
+    return format_datetime(day_start(day), usegmt=True)
+
+
+def deprecation_headers(
+    model: ModelVersion, *, successor_url: str | None, at: dt.datetime | None = None
+) -> dict[str, str]:
+    """RFC 9745 Deprecation, RFC 8594 Sunset and a successor Link for a model.
+
+    Empty for a model with no retirement in force (active, preview, or scheduled but
+    not yet announced).
+    """
+    status = model_status(model, at)
+    if status not in (DEPRECATED, RETIRED):
+        return {}
+    deprecated_from = model.retirement_announced_on or model.retires_on
+    headers = {
+        "Deprecation": f"@{int(day_start(deprecated_from).timestamp())}",
+        "Sunset": http_date(model.retires_on),
+    }
+    if successor_url:
+        headers["Link"] = f'<{successor_url}>; rel="successor-version"'
+    return headers

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers, status
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+from rest_framework.views import APIView
+
+from catalog.lifecycle import STATUSES, LifecycleError, deprecation_headers
+from catalog.models import Tier
+from catalog.selectors import ModelNotFound, model_get, model_list
+from catalog.serializers import ModelDetailSerializer, ModelSummarySerializer, TierSerializer
+from deploy.health import health_report
+from deploy.pagination import ListCursorPagination
+from deploy.problems import Problem
+
+
+def invalid_parameter(name: str, detail: str) -> Problem:
+    return Problem(
+        status_code=400,
+        slug="invalid-parameter",
+        title="Invalid query parameter",
+        detail=detail,
+        parameter=name,
+    )
+
+
+@extend_schema(
+    parameters=[
+        OpenApiParameter("status", str, enum=list(STATUSES)),
+        OpenApiParameter("family", str, description="Family slug, e.g. `sol`."),
+        OpenApiParameter("vendor", str, description="Vendor name (case-insensitive)."),
+        OpenApiParameter(
+            "retiring_within_days", int, description="Only models retiring within N days."
+        ),
+    ]
+)
+class ModelListView(generics.ListAPIView):
+    """Model versions with their lifecycle status and retirement date."""
+
+    serializer_class = ModelSummarySerializer
+    pagination_class = ListCursorPagination
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "now": self.now}
+
+    def get_queryset(self):
+        self.now = timezone.now()
+        params = self.request.query_params
+        days = params.get("retiring_within_days")
+        if days is not None:
+            try:
+                days = int(days)
+                if days < 0:
+                    raise ValueError
+            except ValueError:
+                raise invalid_parameter(
+                    "retiring_within_days", "retiring_within_days must be a whole number >= 0."
+                ) from None
+        try:
+            return model_list(
+                status=params.get("status") or None,
+                family=params.get("family") or None,
+                vendor=params.get("vendor") or None,
+                retiring_within_days=days,
+                at=self.now,
+            )
+        except LifecycleError as exc:
+            raise invalid_parameter("status", str(exc)) from exc
+
+
+class ModelDetailView(APIView):
+    """One model version: lifecycle, resolved successor, tiers with prices, benchmarks.
+
+    A deprecated or retired model's response carries `Deprecation` (RFC 9745), `Sunset`
+    (RFC 8594) and `Link: <...>; rel="successor-version"` headers.
+    """
+
+    @extend_schema(responses=ModelDetailSerializer)
+    def get(self, request, slug: str):
+        try:
+            model = model_get(slug=slug)
+        except ModelNotFound as exc:
+            raise Problem(
+                status_code=404, slug="model-not-found", title="Unknown model", detail=str(exc)
+            ) from exc
+        now = timezone.now()
+        data = ModelDetailSerializer(model, context={"request": request, "now": now}).data
+        successor_url = (
+            reverse("model-detail", args=[model.successor.slug], request=request)
+            if model.successor_id
+            else None
+        )
+        return Response(
+            data, headers=deprecation_headers(model, successor_url=successor_url, at=now)
+        )
+
+
+class TierListView(generics.ListAPIView):
+    """Service tiers, slowest first, with their price multiplier against Standard."""
+
+    serializer_class = TierSerializer
+    queryset = Tier.objects.all()
+    pagination_class = None
+
+    def list(self, request, *args, **kwargs):
+        data = self.get_serializer(self.get_queryset(), many=True).data
+        return Response({"object": "list", "data": data})
+
+
+class HealthSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "degraded"])
+    database = serializers.CharField()
+    broker = serializers.CharField()
+
+
+class HealthView(APIView):
+    """Database and broker reachability; 503 when either is down."""
+
+    @extend_schema(responses={200: HealthSerializer, 503: HealthSerializer})
+    def get(self, request):
+        report = health_report()
+        code = (
+            status.HTTP_200_OK if report["status"] == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
+        )
+        return Response(report, status=code)

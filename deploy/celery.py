@@ -1,0 +1,11 @@
+"""The Celery app. Workers: `celery -A deploy worker`; beat: `celery -A deploy beat`."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
+
+app = Celery("deploy")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,182 @@
+"""RFC 9457 problem details: the one shape every API error takes.
+
+Views raise `Problem` (or any DRF exception); the DRF exception handler and the
+plain-Django 404/500 handlers below all render through `problem_response`, so a
+client never sees an HTML error page or a bare `{"detail": ...}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+
+def problem_type_uri(slug: str) -> str:
+    return f"{settings.PUBLIC_BASE_URL}/problems/{slug}"
+
+
+class Problem(exceptions.APIException):
+    """An error with a stable `type` slug, a title, a detail and extension members."""
+
+    def __init__(
+        self,
+        *,
+        status_code: int,
+        slug: str,
+        title: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        **extensions: Any,
+    ) -> None:
+        super().__init__(detail=detail)
+        self.status_code = status_code
+        self.slug = slug
+        self.title = title
+        self.extensions = extensions
+        self.extra_headers = headers or {}
+
+
+# Default slugs and titles for DRF's own exceptions.
+_DRF_TYPES: dict[type, tuple[str, str]] = {
+    exceptions.ParseError: ("malformed-request", "Malformed request"),
+    exceptions.ValidationError: ("invalid-request", "Invalid request"),
+    exceptions.NotAuthenticated: ("not-authenticated", "Authentication required"),
+    exceptions.AuthenticationFailed: ("authentication-failed", "Authentication failed"),
+    exceptions.PermissionDenied: ("forbidden", "Forbidden"),
+    exceptions.NotFound: ("not-found", "Not found"),
+    exceptions.MethodNotAllowed: ("method-not-allowed", "Method not allowed"),
+    exceptions.NotAcceptable: ("not-acceptable", "Not acceptable"),
+    exceptions.UnsupportedMediaType: ("unsupported-media-type", "Unsupported media type"),
+    exceptions.Throttled: ("too-many-requests", "Too many requests"),
+}
+
+
+def problem_body(
+    *, status_code: int, slug: str, title: str, detail: str, instance: str | None, **ext: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": problem_type_uri(slug),
+        "title": title,
+        "status": status_code,
+        "detail": detail,
+    }
+    if instance:
+        body["instance"] = instance
+    body.update(ext)
+    return body
+
+
+def _flatten_validation(detail: Any, prefix: str = "") -> list[dict[str, str]]:
+    """DRF's nested error dict as a flat list of {field, message} for clients."""
+    errors: list[dict[str, str]] = []
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            errors.extend(_flatten_validation(value, name))
+    elif isinstance(detail, list):
+        for item in detail:
+            errors.extend(_flatten_validation(item, prefix))
+    else:
+        errors.append({"field": prefix or "non_field_errors", "message": str(detail)})
+    return errors
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    response = exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django's 500 handler answer (also problem+json)
+    request = context.get("request")
+    instance = request.path if request is not None else None
+    if isinstance(exc, Problem):
+        body = problem_body(
+            status_code=exc.status_code,
+            slug=exc.slug,
+            title=exc.title,
+            detail=str(exc.detail),
+            instance=instance,
+            **exc.extensions,
+        )
+        for name, value in exc.extra_headers.items():
+            response[name] = value
+    else:
+        slug, title = next(
+            (v for k, v in _DRF_TYPES.items() if isinstance(exc, k)), ("error", "Error")
+        )
+        if isinstance(exc, exceptions.ValidationError):
+            errors = _flatten_validation(exc.detail)
+            detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+            body = problem_body(
+                status_code=response.status_code,
+                slug=slug,
+                title=title,
+                detail=detail,
+                instance=instance,
+                errors=errors,
+            )
+        else:
+            body = problem_body(
+                status_code=response.status_code,
+                slug=slug,
+                title=title,
+                detail=str(getattr(exc, "detail", exc)),
+                instance=instance,
+            )
+    response.data = body
+    response.content_type = PROBLEM_CONTENT_TYPE
+    return response
+
+
+def problem_response(
+    *, status_code: int, slug: str, title: str, detail: str, instance: str | None = None, **ext
+) -> JsonResponse:
+    return JsonResponse(
+        problem_body(
+            status_code=status_code,
+            slug=slug,
+            title=title,
+            detail=detail,
+            instance=instance,
+            **ext,
+        ),
+        status=status_code,
+        content_type=PROBLEM_CONTENT_TYPE,
+    )
+
+
+def handler404(request, exception=None):  # noqa: ARG001
+    return problem_response(
+        status_code=status.HTTP_404_NOT_FOUND,
+        slug="not-found",
+        title="Not found",
+        detail=f"Nothing at {request.path}.",
+        instance=request.path,
+    )
+
+
+def handler500(request):
+    return problem_response(
+        status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        slug="internal-error",
+        title="Internal server error",
+        detail="The server failed to answer; the error was logged.",
+        instance=request.path,
+    )
+
+
+def handler400(request, exception=None):  # noqa: ARG001
+    return problem_response(
+        status_code=status.HTTP_400_BAD_REQUEST,
+        slug="malformed-request",
+        title="Bad request",
+        detail="The request could not be understood.",
+        instance=request.path,
+    )

@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from deploy.problems import handler404 as handler404_view
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("catalog.urls")),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    # Unknown API paths answer problem+json even with DEBUG on (no HTML error page).
+    re_path(r"^api/", handler404_view),
+]
+
+handler400 = "deploy.problems.handler400"
+handler404 = "deploy.problems.handler404"
+handler500 = "deploy.problems.handler500"

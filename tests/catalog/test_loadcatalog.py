@@ -1,0 +1,175 @@
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from catalog import lifecycle
+from catalog.loader import CatalogFileError, catalog_load
+from catalog.models import (
+    Benchmark,
+    Deployment,
+    LifecycleChange,
+    ModelVersion,
+    Price,
+    Tier,
+)
+
+pytestmark = pytest.mark.django_db
+
+SLUGS = {
+    "gpt-5.2",
+    "gpt-5.3-codex",
+    "gpt-5.3-codex-spark",
+    "gpt-5.4",
+    "gpt-5.4-mini",
+    "gpt-5.6-luna",
+    "gpt-5.6-terra",
+    "gpt-5.6-sol",
+    "gpt-6-astra",
+    "deepseek-v4.1-flash",
+    "neohorse-1-4b",
+    "neohorse-1-9b",
+}
+
+
+def snapshot():
+    tables = [ModelVersion, Deployment, Price, Benchmark, LifecycleChange, Tier]
+    return {t.__name__: sorted(map(str, t.objects.values_list())) for t in tables}
+
+
+def test_every_published_model_is_loaded(builtin_catalog):
+    assert set(ModelVersion.objects.values_list("slug", flat=True)) == SLUGS
+
+
+def test_published_events_are_in_the_catalog(builtin_catalog):
+    get = ModelVersion.objects.get
+    spark = get(slug="gpt-5.3-codex-spark")
+    assert spark.released_on == dt.date(2026, 2, 12)
+    assert spark.retirement_announced_on == dt.date(2026, 9, 11)
+    assert spark.retires_on == dt.date(2026, 9, 18)  # the week after the announcement
+    assert spark.successor.slug == "gpt-5.6-sol" and spark.successor_tier.slug == "ultrafast"
+    assert spark.context_window == 128_000 and spark.input_modalities == ["text"]
+    for slug in ("gpt-5.2", "gpt-5.3-codex"):
+        assert get(slug=slug).retires_on == dt.date(2026, 6, 2)
+    for slug in ("gpt-5.4", "gpt-5.4-mini"):
+        assert get(slug=slug).retires_on == dt.date(2026, 8, 31)
+    assert Deployment.objects.get(
+        model__slug="gpt-5.6-sol", tier__slug="ultrafast"
+    ).available_from == (dt.date(2026, 8, 13))
+    ds = get(slug="deepseek-v4.1-flash")
+    assert (ds.total_params, ds.active_params_prefill, ds.active_params_decode) == (
+        552_000_000_000,
+        8_000_000_000,
+        16_000_000_000,
+    )
+    assert ds.kv_bytes_per_token == 890 and ds.context_window == 1_000_000
+    assert get(slug="gpt-6-astra").context_window == 1_050_000
+
+
+def test_swe_bench_curve_is_stored_with_durations(builtin_catalog):
+    points = list(
+        Benchmark.objects.filter(model__slug="gpt-5.3-codex", name="SWE-Bench Pro")
+        .order_by("duration_minutes")
+        .values_list("duration_minutes", "score")
+    )
+    assert points == [(3.0, 51.0), (9.0, 56.0), (16.0, 57.0)]
+    assert (
+        Benchmark.objects.get(model__slug="gpt-5.3-codex-spark", name="Terminal-Bench 2.0").score
+        == 58.4
+    )
+
+
+def test_tier_prices_follow_published_multipliers_and_are_marked_estimates(builtin_catalog):
+    prices = {
+        p.tier.slug: p
+        for p in Price.objects.filter(model__slug="gpt-5.6-sol").select_related("tier")
+    }
+    std = prices["standard"].output_per_million
+    assert prices["flex"].output_per_million == std * Decimal("0.5")
+    assert prices["priority"].output_per_million == std * 2
+    assert prices["ultrafast"].output_per_million == std * 6
+    assert all(p.is_estimate for p in prices.values())
+
+
+def test_a_second_load_changes_nothing(builtin_catalog):
+    before = snapshot()
+    report = catalog_load()
+    assert not report.changed
+    assert snapshot() == before
+
+
+def test_the_command_is_idempotent(db, capsys):
+    call_command("loadcatalog")
+    first = snapshot()
+    call_command("loadcatalog")
+    assert "already up to date" in capsys.readouterr().out
+    assert snapshot() == first
+
+
+def test_admin_lifecycle_changes_survive_a_reload(builtin_catalog):
+    luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
+    lifecycle.model_schedule_retirement(
+        model=luna, retires_on=dt.date(2027, 6, 1), successor=None, actor="admin:bob"
+    )
+    catalog_load()
+    luna.refresh_from_db()
+    assert luna.retires_on == dt.date(2027, 6, 1)
+
+
+def test_reset_lifecycle_restores_the_file_through_the_history(builtin_catalog):
+    luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
+    lifecycle.model_schedule_retirement(
+        model=luna, retires_on=dt.date(2027, 6, 1), successor=None, actor="admin:bob"
+    )
+    catalog_load(reset_lifecycle=True)
+    luna.refresh_from_db()
+    assert luna.retires_on is None
+    assert LifecycleChange.objects.filter(
+        model=luna, actor="loadcatalog", field="retires_on"
+    ).exists()
+
+
+def test_an_edited_value_in_the_file_is_applied(builtin_catalog, tmp_path):
+    from catalog.loader import DEFAULT_CATALOG
+
+    text = DEFAULT_CATALOG.read_text().replace("nodes = 64", "nodes = 96")
+    path = tmp_path / "catalog.toml"
+    path.write_text(text)
+    report = catalog_load(path=path)
+    assert report.updated["pools"] == 1
+    assert (
+        Deployment.objects.get(model__slug="gpt-5.6-sol", tier__slug="ultrafast").pool.nodes == 96
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t + "\n[[models]\n", "not valid TOML"),
+        (lambda t: t.replace('family = "sol"', 'family = "nope"'), "unknown family `nope`"),
+        (
+            lambda t: t.replace('successor = "gpt-5.6-luna"', 'successor = "gpt-9"'),
+            "unknown successor `gpt-9`",
+        ),
+        (
+            lambda t: t.replace("retires_on = 2026-09-18", "retires_on = 2026-01-01"),
+            "before its release",
+        ),
+    ],
+)
+def test_a_broken_file_is_refused_with_a_clear_message_and_writes_nothing(
+    db, tmp_path, edit, message
+):
+    from catalog.loader import DEFAULT_CATALOG
+
+    path = tmp_path / "catalog.toml"
+    path.write_text(edit(DEFAULT_CATALOG.read_text()))
+    with pytest.raises(CommandError, match=message):
+        call_command("loadcatalog", file=str(path))
+    assert ModelVersion.objects.count() == 0  # one transaction: nothing half-written
+
+
+def test_a_missing_file_is_a_clear_error(db):
+    with pytest.raises(CatalogFileError, match="No catalog file"):
+        catalog_load(path="/nonexistent/catalog.toml")
