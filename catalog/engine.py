@@ -1,0 +1,49 @@
+"""The bridge from catalog rows to the simulation engine's data (one place)."""
+
+from __future__ import annotations
+
+import simengine
+from catalog.models import Deployment, HardwarePool, ModelVersion
+
+
+def model_spec(model: ModelVersion) -> simengine.ModelSpec:
+    return simengine.ModelSpec(
+        name=model.slug,
+        total_params=float(model.total_params),
+        active_params_prefill=float(model.active_params_prefill),
+        active_params_decode=float(model.active_params_decode),
+        layers=model.layers,
+        hidden_size=model.hidden_size,
+        bytes_per_param=model.bytes_per_param,
+        kv_bytes_per_token=float(model.kv_bytes_per_token),
+        context_window=model.context_window,
+    )
+
+
+def engine_deployment(
+    pool: HardwarePool, tier: str, *, transport: str = "reworked"
+) -> simengine.Deployment:
+    return simengine.Deployment(
+        device=pool.device, nodes=pool.nodes, tier=tier, transport=transport
+    )
+
+
+def deployment_of(deployment: Deployment, *, transport: str = "reworked") -> simengine.Deployment:
+    return engine_deployment(deployment.pool, deployment.tier.slug, transport=transport)
+
+
+def calibration_inputs() -> dict:
+    """Sol and Spark specs and deployments, as `simengine.calibrate` takes them."""
+    sol = ModelVersion.objects.get(slug="gpt-5.6-sol")
+    spark = ModelVersion.objects.get(slug="gpt-5.3-codex-spark")
+    sol_deps = {
+        d.tier.slug: deployment_of(d)
+        for d in sol.deployments.select_related("tier", "pool")
+    }
+    spark_dep = spark.deployments.select_related("tier", "pool").first()
+    return {
+        "sol": model_spec(sol),
+        "spark": model_spec(spark),
+        "sol_deployments": sol_deps,
+        "spark_deployment": deployment_of(spark_dep) if spark_dep else None,
+    }

@@ -1,0 +1,41 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+import simengine
+from catalog.engine import calibration_inputs
+from catalog.models import ModelVersion
+from simengine.report import calibration_table
+
+
+class Command(BaseCommand):
+    help = (
+        "Fit the engine's named parameters to the published figures (GPT-5.6 Sol, "
+        "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU ceilings) and print each "
+        "target, the model's value and the residual."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Evaluate the stored parameters (simengine/data/params.json) without fitting.",
+        )
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        try:
+            inputs = calibration_inputs()
+        except ModelVersion.DoesNotExist as exc:
+            raise CommandError("Load the catalog first: manage.py loadcatalog") from exc
+        try:
+            result = simengine.calibrate(fit=not o["check"], **inputs)
+        except simengine.SimEngineError as exc:
+            raise CommandError(str(exc)) from exc
+        if o["json"]:
+            self.stdout.write(json.dumps(result.to_dict(), indent=2, default=str))
+        else:
+            self.stdout.write(calibration_table(result))
+        if not result.passed:
+            names = ", ".join(r.name for r in result.failures)
+            raise CommandError(f"Targets outside tolerance: {names}")

@@ -1,0 +1,71 @@
+"""Simulation engine: LLM serving performance on wafers and GPUs, queues, calibration.
+
+Plain Python + numpy; no Django and nothing from the rest of the project. The public
+names below are what the project calls; see each object's docstring.
+"""
+
+from .calibration import (
+    GDPVAL_TASK,
+    CalibrationResult,
+    CalibrationRow,
+    calibrate,
+    default_deployments,
+)
+from .errors import SimEngineError
+from .hardware import HARDWARE, HardwareProfile
+from .model import REFERENCE_MODELS, ModelSpec, load_catalog_models, model_spec_from_mapping
+from .params import DEFAULT_PARAMS, EngineParams
+from .perf import (
+    TIERS,
+    Deployment,
+    Prediction,
+    TaskProfile,
+    TurnBreakdown,
+    decode_step_seconds,
+    predict,
+    token_speed,
+)
+from .placement import Placement, placement
+from .queueing import (
+    TIER_PRIORITY,
+    JobStream,
+    QueueResult,
+    WaitEstimate,
+    simulate_queue,
+    synthetic_jobs,
+    wait_estimate,
+)
+
+__all__ = [
+    "DEFAULT_PARAMS",
+    "GDPVAL_TASK",
+    "HARDWARE",
+    "REFERENCE_MODELS",
+    "TIERS",
+    "TIER_PRIORITY",
+    "CalibrationResult",
+    "CalibrationRow",
+    "Deployment",
+    "EngineParams",
+    "HardwareProfile",
+    "JobStream",
+    "ModelSpec",
+    "Placement",
+    "Prediction",
+    "QueueResult",
+    "SimEngineError",
+    "TaskProfile",
+    "TurnBreakdown",
+    "WaitEstimate",
+    "calibrate",
+    "decode_step_seconds",
+    "default_deployments",
+    "load_catalog_models",
+    "model_spec_from_mapping",
+    "placement",
+    "predict",
+    "simulate_queue",
+    "synthetic_jobs",
+    "token_speed",
+    "wait_estimate",
+]

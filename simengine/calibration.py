@@ -1,0 +1,496 @@
+"""Calibration: fit the small set of named, versioned parameters to published figures.
+
+The engine computes every figure from physics plus parameters; this module only
+compares those computed values with the published ones and moves the parameters
+(a regularised least-squares fit, Levenberg-Marquardt in log/logit space) until the
+residuals are inside tolerance. Parameters that no figure pins down stay near their
+prior; the ``data_share`` column says how much each was determined by the data.
+
+Run ``python -m simengine.calibration --catalog catalog/data/catalog.toml --write`` to
+refit, print the table and store ``simengine/data/params.json`` (DEFAULT_PARAMS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import SimEngineError
+from .hardware import HARDWARE
+from .model import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec, load_catalog_models
+from .params import (
+    DEFAULT_PARAMS,
+    DEFAULT_SOFTWARE,
+    FIXED_VALUES,
+    PARAMS_FILE,
+    PRIORS,
+    EngineParams,
+)
+from .perf import Deployment, TaskProfile, decode_step_seconds, predict, token_speed
+from .placement import placement
+
+FIT_VERSION = "2026.08.1"
+# Context at which headline tokens/s figures are quoted (a short prompt).
+HEADLINE_CONTEXT = 1024
+
+# A GDP-Val-shaped task (document/spreadsheet deliverables built over many tool calls):
+# 30 model calls, an 8k-token brief, 22k output tokens in total (reasoning + drafts),
+# 30k tokens of tool results fed back, 15 s of tool execution. Used unchanged on
+# every tier.
+GDPVAL_TASK = TaskProfile(
+    input_tokens=8_000,
+    output_tokens=22_000,
+    turns=30,
+    tool_seconds=15.0,
+    tool_result_tokens=30_000,
+    prompt_caching=True,
+)
+# A short single request, used for the transport-rework TTFT check.
+SHORT_REQUEST = TaskProfile(input_tokens=1_000, output_tokens=200, turns=1)
+
+
+def default_deployments() -> dict[str, Any]:
+    """Deployments of the calibration models as published (pools of the catalog)."""
+    return {
+        "sol": {
+            "flex": Deployment("h200", 4096, "flex"),
+            "standard": Deployment("h200", 4096, "standard"),
+            "priority": Deployment("h200", 4096, "priority"),
+            "ultrafast": Deployment("wse-3", 64, "ultrafast"),
+        },
+        "spark": Deployment("wse-3", 8, "standard"),
+    }
+
+
+@dataclass(frozen=True)
+class CalibrationContext:
+    """Models and deployments the targets are evaluated on."""
+
+    sol: ModelSpec
+    spark: ModelSpec
+    sol_deployments: Mapping[str, Deployment]
+    spark_deployment: Deployment
+
+
+Evaluator = Callable[[CalibrationContext, EngineParams], float]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A published figure: value (low == high) or range, relative tolerance.
+
+    ``fit`` targets drive the fit; the others are checks (physics or placement) that
+    must hold but are not used to move parameters.
+    """
+
+    name: str
+    group: str
+    published: str
+    low: float
+    high: float
+    tolerance: float
+    evaluate: Evaluator = field(repr=False, compare=False)
+    fit: bool = True
+
+    @property
+    def centre(self) -> float:
+        """Geometric centre of the range (the value for point targets)."""
+        return math.sqrt(self.low * self.high)
+
+    def residual(self, value: float) -> float:
+        """Relative miss: 0 inside a range, else distance to it / the centre or bound."""
+        if self.low == self.high:
+            return value / self.low - 1.0
+        if value < self.low:
+            return value / self.low - 1.0
+        if value > self.high:
+            return value / self.high - 1.0
+        return 0.0
+
+    def passes(self, value: float) -> bool:
+        """Within tolerance (or inside the range)."""
+        return abs(self.residual(value)) <= self.tolerance + 1e-12
+
+    def fit_sigma(self) -> float:
+        """Log-space sigma used in the fit: aims well inside the tolerance."""
+        if self.low == self.high:
+            return math.log1p(self.tolerance) / 2.0
+        return math.log(self.high / self.low) / 4.0
+
+
+# ----------------------------------------------------------------------- target values
+
+
+def _sol_speed(tier: str) -> Evaluator:
+    def f(c: CalibrationContext, p: EngineParams) -> float:
+        return token_speed(c.sol, c.sol_deployments[tier], HEADLINE_CONTEXT, p)
+
+    return f
+
+
+def _ratio(a: Evaluator, b: Evaluator) -> Evaluator:
+    return lambda c, p: a(c, p) / b(c, p)
+
+
+def _gdpval(tier: str, what: str) -> Evaluator:
+    def f(c: CalibrationContext, p: EngineParams) -> float:
+        pred = predict(c.sol, c.sol_deployments[tier], GDPVAL_TASK, params=p)
+        if what == "total":
+            return pred.total_seconds
+        if what == "generation":
+            return pred.generation_seconds
+        return pred.total_seconds - pred.generation_seconds
+
+    return f
+
+
+def _spark_ttft_ratio(c: CalibrationContext, p: EngineParams) -> float:
+    dep = c.spark_deployment
+    legacy = Deployment(dep.device, dep.nodes, dep.tier, "legacy", dep.software)
+    reworked = Deployment(dep.device, dep.nodes, dep.tier, "reworked", dep.software)
+    return (
+        predict(c.spark, reworked, SHORT_REQUEST, params=p).ttft_seconds
+        / predict(c.spark, legacy, SHORT_REQUEST, params=p).ttft_seconds
+    )
+
+
+def _llama_launch(model: ModelSpec, wafers: int) -> Evaluator:
+    # Cerebras launch (2024-08): launch software, pre-rework transport.
+    dep = Deployment("wse-3", wafers, "standard", "legacy", software="2024.08")
+    return lambda c, p: token_speed(model, dep, HEADLINE_CONTEXT, p)
+
+
+def _wafers(which: str, device: str = "wse-3") -> Evaluator:
+    def f(c: CalibrationContext, p: EngineParams) -> float:
+        model = {"sol": c.sol, "spark": c.spark, "llama70b": LLAMA_3_1_70B}[which]
+        return float(placement(model, device).nodes_per_replica)
+
+    return f
+
+
+def _ceiling(device: str) -> Evaluator:
+    # Bandwidth ceiling: batch 1, one GPU, efficiencies 1, no collectives (physics only).
+    return lambda c, p: 1.0 / decode_step_seconds(LLAMA_3_1_70B, HARDWARE[device])
+
+
+def default_targets() -> list[Target]:
+    """The published figures (reference/published-figures.md, simengine-notes.md)."""
+    std, pri, uf = _sol_speed("standard"), _sol_speed("priority"), _sol_speed("ultrafast")
+    t10 = 0.10
+
+    def spark_speed(c: CalibrationContext, p: EngineParams) -> float:
+        return token_speed(c.spark, c.spark_deployment, HEADLINE_CONTEXT, p)
+
+    return [
+        Target("spark_tokens_per_s", "wse-3@2026.08", "Spark 1,000-1,200 tok/s, one wafer",
+               1000, 1200, 0.0, spark_speed),
+        Target("sol_ultrafast_tokens_per_s", "wse-3@2026.08", "Sol Ultrafast ~750 tok/s",
+               750, 750, t10, uf),
+        Target("sol_ultrafast_vs_standard", "tiers", "Ultrafast 14x Standard tok/s",
+               14, 14, t10, _ratio(uf, std)),
+        Target("sol_priority_vs_standard", "tiers", "Priority 2.5x Standard tok/s",
+               2.5, 2.5, t10, _ratio(pri, std)),
+        Target("gdpval_standard_total_s", "gdp-val", "Standard 7.7 min total",
+               462, 462, t10, _gdpval("standard", "total")),
+        Target("gdpval_standard_generation_s", "gdp-val", "Standard 7.5 min generation",
+               450, 450, t10, _gdpval("standard", "generation")),
+        Target("gdpval_ultrafast_total_s", "gdp-val", "Ultrafast 83 s total",
+               83, 83, t10, _gdpval("ultrafast", "total")),
+        Target("gdpval_ultrafast_generation_s", "gdp-val", "Ultrafast 68 s generation",
+               68, 68, t10, _gdpval("ultrafast", "generation")),
+        Target("gdpval_ultrafast_other_s", "gdp-val", "Ultrafast 15 s tools/other",
+               15, 15, t10, _gdpval("ultrafast", "other")),
+        Target("gdpval_end_to_end_speedup", "gdp-val", "Ultrafast 5.6x end to end",
+               5.6, 5.6, t10,
+               _ratio(_gdpval("standard", "total"), _gdpval("ultrafast", "total"))),
+        Target("transport_rework_ttft_ratio", "transport", "Spark rework: TTFT -50 %",
+               0.5, 0.5, t10, _spark_ttft_ratio),
+        Target("llama8b_launch_tokens_per_s", "wse-3@2024.08", "Llama 3.1-8B 1,800 tok/s, 1 wafer",
+               1800, 1800, t10, _llama_launch(LLAMA_3_1_8B, 1)),
+        Target("llama70b_launch_tokens_per_s", "wse-3@2024.08", "Llama 3.1-70B 450 tok/s, 4 CS-3",
+               450, 450, t10, _llama_launch(LLAMA_3_1_70B, 4)),
+        Target("llama70b_wafers", "placement", "Llama 3.1-70B on 4 CS-3",
+               4, 4, 0.0, _wafers("llama70b"), fit=False),
+        Target("spark_wafers", "placement", "Spark fits on a single wafer",
+               1, 1, 0.0, _wafers("spark"), fit=False),
+        Target("sol_wafers", "placement", "Sol needs several wafers (pipeline)",
+               2, 64, 0.0, _wafers("sol"), fit=False),
+        Target("h100_70b_bf16_ceiling", "gpu physics", "70B bf16 batch 1: ~24 tok/s/GPU",
+               24, 24, 0.05, _ceiling("h100"), fit=False),
+        Target("h200_70b_bf16_ceiling", "gpu physics", "70B bf16 batch 1: ~34 tok/s/GPU",
+               34, 34, 0.05, _ceiling("h200"), fit=False),
+        Target("b200_70b_bf16_ceiling", "gpu physics", "70B bf16 batch 1: ~57 tok/s/GPU",
+               57, 57, 0.05, _ceiling("b200"), fit=False),
+    ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One line of the calibration table."""
+
+    name: str
+    group: str
+    published: str
+    target_low: float
+    target_high: float
+    model_value: float
+    residual: float
+    tolerance: float
+    passed: bool
+    fitted: bool
+
+
+@dataclass(frozen=True)
+class ParameterRow:
+    """A fitted parameter: prior, fitted value, and how much the data determined it."""
+
+    name: str
+    value: float
+    prior: float
+    prior_sd: float
+    transform: str
+    data_share: float
+    why: str
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Outcome of :func:`calibrate`: the parameters and the residual table."""
+
+    params: EngineParams
+    rows: tuple[CalibrationRow, ...]
+    parameters: tuple[ParameterRow, ...]
+    fitted: bool
+    iterations: int
+    cost: float
+
+    @property
+    def passed(self) -> bool:
+        """All targets and checks within tolerance."""
+        return all(r.passed for r in self.rows)
+
+    @property
+    def failures(self) -> list[CalibrationRow]:
+        """Rows outside tolerance."""
+        return [r for r in self.rows if not r.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict."""
+        return {
+            "params": self.params.to_dict(),
+            "rows": [asdict(r) for r in self.rows],
+            "parameters": [asdict(p) for p in self.parameters],
+            "fitted": self.fitted,
+            "iterations": self.iterations,
+            "cost": self.cost,
+            "passed": self.passed,
+        }
+
+
+# --------------------------------------------------------------------------------- fit
+
+
+def _to_x(value: float, transform: str) -> float:
+    return math.log(value / (1.0 - value)) if transform == "logit" else math.log(value)
+
+
+def _from_x(x: float, transform: str) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if transform == "logit" else math.exp(x)
+
+
+class _Problem:
+    def __init__(self, ctx: CalibrationContext, targets: Sequence[Target], base: EngineParams):
+        self.ctx = ctx
+        self.targets = [t for t in targets if t.fit]
+        self.base = base
+        self.names = list(PRIORS)
+        self.prior_x = np.array([_to_x(PRIORS[n].value, PRIORS[n].transform) for n in self.names])
+        self.prior_sd = np.array([PRIORS[n].sd for n in self.names])
+
+    def params(self, x: np.ndarray) -> EngineParams:
+        values = {n: _from_x(v, PRIORS[n].transform) for n, v in zip(self.names, x, strict=True)}
+        return self.base.with_values(values, version=FIT_VERSION)
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        p = self.params(x)
+        out = []
+        for t in self.targets:
+            try:
+                v = t.evaluate(self.ctx, p)
+                r = (math.log(v) - math.log(t.centre)) / t.fit_sigma()
+            except (SimEngineError, ValueError, ZeroDivisionError, OverflowError):
+                r = 1e3  # parameters that make a deployment impossible are far off
+            out.append(r)
+        return np.concatenate([np.array(out), (x - self.prior_x) / self.prior_sd])
+
+    def jacobian(self, x: np.ndarray, r0: np.ndarray, h: float = 1e-6) -> np.ndarray:
+        jac = np.empty((r0.size, x.size))
+        for i in range(x.size):
+            xh = x.copy()
+            xh[i] += h
+            jac[:, i] = (self.residuals(xh) - r0) / h
+        return jac
+
+
+def _levenberg_marquardt(prob: _Problem, x0: np.ndarray, max_iter: int = 200) -> tuple:
+    x, lam = x0.copy(), 1e-2
+    r = prob.residuals(x)
+    cost = float(r @ r)
+    iterations = 0
+    for iterations in range(1, max_iter + 1):  # noqa: B007 (reported after the loop)
+        jac = prob.jacobian(x, r)
+        jtj, g = jac.T @ jac, jac.T @ r
+        improved = False
+        while lam < 1e12:
+            step = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -g)
+            r_new = prob.residuals(x + step)
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                improved = True
+                rel = (cost - c_new) / max(cost, 1e-300)
+                x, r, cost, lam = x + step, r_new, c_new, max(lam / 3.0, 1e-12)
+                break
+            lam *= 4.0
+        if not improved or rel < 1e-12 or float(np.max(np.abs(step))) < 1e-10:
+            break
+    jac = prob.jacobian(x, r)
+    return x, cost, iterations, jac
+
+
+def calibrate(
+    targets: Sequence[Target] | None = None,
+    *,
+    sol: ModelSpec,
+    spark: ModelSpec,
+    sol_deployments: Mapping[str, Deployment] | None = None,
+    spark_deployment: Deployment | None = None,
+    fit: bool = True,
+    params: EngineParams | None = None,
+) -> CalibrationResult:
+    """Fit the engine parameters so the published figures come out; return the table.
+
+    ``sol``/``spark`` are the GPT-5.6 Sol and GPT-5.3-Codex-Spark specs (from the
+    catalog), with their deployments (default: :func:`default_deployments`, i.e. Sol
+    flex/standard/priority on 4096 H200 and ultrafast on 64 WSE-3, Spark on 8 WSE-3).
+    The Llama reference models for the launch cross-checks are built in.
+
+    ``fit=False`` evaluates ``params`` (default DEFAULT_PARAMS) without fitting, which
+    is how a stored parameter file is checked. Every row carries the published value
+    or range, the model value, the relative residual, the tolerance and pass/fail.
+    """
+    defaults = default_deployments()
+    sol_deps = dict(defaults["sol"])
+    sol_deps.update(sol_deployments or {})
+    missing = {"standard", "priority", "ultrafast"} - set(sol_deps)
+    if missing:
+        raise SimEngineError(f"Sol deployments lack tiers {sorted(missing)}")
+    ctx = CalibrationContext(sol, spark, sol_deps, spark_deployment or defaults["spark"])
+    targets = list(targets) if targets is not None else default_targets()
+
+    iterations, cost = 0, float("nan")
+    shares = {n: 0.0 for n in PRIORS}
+    if fit:
+        base = EngineParams(
+            version=FIT_VERSION,
+            values=dict(FIXED_VALUES),
+            software=dict(DEFAULT_SOFTWARE),
+            fitted=tuple(PRIORS),
+        )
+        prob = _Problem(ctx, targets, base)
+        x, cost, iterations, jac = _levenberg_marquardt(prob, prob.prior_x)
+        result_params = prob.params(x)
+        # Posterior spread from the Gauss-Newton Hessian vs the prior spread: the
+        # fraction of each parameter's uncertainty the published figures removed.
+        try:
+            post_var = np.diag(np.linalg.inv(jac.T @ jac))
+            for n, pv, sd in zip(prob.names, post_var, prob.prior_sd, strict=True):
+                shares[n] = float(max(0.0, 1.0 - pv / sd**2))
+        except np.linalg.LinAlgError:
+            pass
+    else:
+        result_params = params or DEFAULT_PARAMS
+
+    rows = []
+    for t in targets:
+        try:
+            value = float(t.evaluate(ctx, result_params))
+        except SimEngineError:
+            value = float("nan")
+        residual = t.residual(value) if math.isfinite(value) else float("inf")
+        rows.append(
+            CalibrationRow(
+                name=t.name,
+                group=t.group,
+                published=t.published,
+                target_low=t.low,
+                target_high=t.high,
+                model_value=value,
+                residual=residual,
+                tolerance=t.tolerance,
+                passed=math.isfinite(value) and t.passes(value),
+                fitted=t.fit,
+            )
+        )
+    parameters = tuple(
+        ParameterRow(
+            name=n,
+            value=result_params.get(n),
+            prior=p.value,
+            prior_sd=p.sd,
+            transform=p.transform,
+            data_share=shares[n],
+            why=p.why,
+        )
+        for n, p in PRIORS.items()
+    )
+    return CalibrationResult(
+        params=result_params,
+        rows=tuple(rows),
+        parameters=parameters,
+        fitted=fit,
+        iterations=iterations,
+        cost=cost,
+    )
+
+
+SOL_SLUG = "gpt-5.6-sol"
+SPARK_SLUG = "gpt-5.3-codex-spark"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: refit from a catalog file, print the table, optionally write params.json."""
+    from .report import calibration_table
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--catalog", default="catalog/data/catalog.toml")
+    ap.add_argument("--write", action="store_true", help=f"store the fit in {PARAMS_FILE}")
+    args = ap.parse_args(argv)
+    specs = load_catalog_models(args.catalog)
+    try:
+        sol, spark = specs[SOL_SLUG], specs[SPARK_SLUG]
+    except KeyError as exc:
+        print(f"catalog {args.catalog} lacks model {exc.args[0]!r}", file=sys.stderr)
+        return 2
+    result = calibrate(sol=sol, spark=spark)
+    print(calibration_table(result))
+    if args.write:
+        data = result.params.to_dict()
+        data["residuals"] = {r.name: r.residual for r in result.rows}
+        PARAMS_FILE.parent.mkdir(parents=True, exist_ok=True)
+        PARAMS_FILE.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {PARAMS_FILE}")
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

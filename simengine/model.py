@@ -1,0 +1,205 @@
+"""Model specifications as data, plus the reference models used for cross-checks."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SimEngineError
+
+# Expert layout assumed for an MoE whose expert counts are not given: DeepSeek-style
+# 256 routed experts, 8 active per token (the shape used in the notes' E_uniq example).
+DEFAULT_EXPERTS = 256
+DEFAULT_EXPERTS_PER_TOKEN = 8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture figures of one model (a mixture of experts when active < total).
+
+    ``kv_bytes_per_token`` is summed over all layers (K and V). ``experts`` and
+    ``experts_per_token`` only matter for MoE; 0 means "use the DeepSeek-style default".
+    """
+
+    name: str
+    total_params: float
+    active_params_prefill: float
+    active_params_decode: float
+    layers: int
+    hidden_size: int
+    bytes_per_param: float
+    kv_bytes_per_token: float
+    context_window: int
+    experts: int = 0
+    experts_per_token: int = 0
+
+    def __post_init__(self) -> None:
+        for field in (
+            "total_params",
+            "active_params_prefill",
+            "active_params_decode",
+            "bytes_per_param",
+            "kv_bytes_per_token",
+        ):
+            value = getattr(self, field)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise SimEngineError(f"ModelSpec {self.name!r}: {field} must be > 0, got {value!r}")
+        for field in ("layers", "hidden_size", "context_window"):
+            value = getattr(self, field)
+            if not (isinstance(value, int) and value > 0):
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: {field} must be a positive integer, got {value!r}"
+                )
+        for field in ("active_params_prefill", "active_params_decode"):
+            if getattr(self, field) > self.total_params * (1 + 1e-9):
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: {field} ({getattr(self, field):.3g}) exceeds "
+                    f"total_params ({self.total_params:.3g})"
+                )
+        if self.is_moe:
+            experts, k = self.expert_layout
+            if not 0 < k < experts:
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: need 0 < experts_per_token < experts, "
+                    f"got {k} of {experts}"
+                )
+            if self.shared_params < 0:
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: active/total parameters are inconsistent with "
+                    f"{k} of {experts} experts active (shared parameters would be negative)"
+                )
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture of experts (decode activates fewer parameters than it stores)."""
+        return self.active_params_decode < self.total_params * (1 - 1e-9)
+
+    @property
+    def expert_layout(self) -> tuple[int, int]:
+        """(routed experts E, experts per token k).
+
+        Unspecified counts default to 256 experts, 8 per token; when that would leave
+        negative shared parameters (very sparse models: active/total < 8/256), k is
+        lowered to the largest value consistent with active/total.
+        """
+        experts = self.experts or DEFAULT_EXPERTS
+        if self.experts_per_token:
+            return experts, self.experts_per_token
+        ratio = self.active_params_decode / self.total_params
+        return experts, max(1, min(DEFAULT_EXPERTS_PER_TOKEN, math.floor(experts * ratio)))
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters in routed experts X, from total = S + X and active = S + X k/E."""
+        if not self.is_moe:
+            return 0.0
+        experts, k = self.expert_layout
+        return (self.total_params - self.active_params_decode) / (1.0 - k / experts)
+
+    @property
+    def shared_params(self) -> float:
+        """Parameters every token uses (attention, dense layers, embeddings, shared experts)."""
+        return self.total_params - self.expert_params
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights (memory capacity follows total parameters)."""
+        return self.total_params * self.bytes_per_param
+
+    def decode_weight_bytes(self, batch: float) -> float:
+        """Weight bytes streamed by one decode step of ``batch`` tokens.
+
+        Dense: every weight. MoE: shared weights plus the distinct experts the batch
+        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing).
+        """
+        if not self.is_moe:
+            return self.weight_bytes
+        experts, k = self.expert_layout
+        touched = 1.0 - (1.0 - k / experts) ** max(batch, 1.0)
+        return (self.shared_params + self.expert_params * touched) * self.bytes_per_param
+
+    def kv_bytes(self, tokens: float) -> float:
+        """KV-cache bytes held for ``tokens`` tokens of context."""
+        return self.kv_bytes_per_token * tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the spec."""
+        return asdict(self)
+
+
+def _llama_kv(layers: int, kv_heads: int = 8, head_dim: int = 128, kv_bytes: int = 2) -> int:
+    # KV_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * bytes.
+    return 2 * layers * kv_heads * head_dim * kv_bytes
+
+
+# Reference models for the cross-checks, as Cerebras served them at launch (2024-08):
+# BF16 weights and an 8k context window (which is why 70B fits on 4 CS-3).
+LLAMA_3_1_8B = ModelSpec(
+    name="llama-3.1-8b",
+    total_params=8.03e9,
+    active_params_prefill=8.03e9,
+    active_params_decode=8.03e9,
+    layers=32,
+    hidden_size=4096,
+    bytes_per_param=2.0,
+    kv_bytes_per_token=_llama_kv(32),
+    context_window=8192,
+)
+LLAMA_3_1_70B = ModelSpec(
+    name="llama-3.1-70b",
+    total_params=70.6e9,
+    active_params_prefill=70.6e9,
+    active_params_decode=70.6e9,
+    layers=80,
+    hidden_size=8192,
+    bytes_per_param=2.0,
+    kv_bytes_per_token=_llama_kv(80),
+    context_window=8192,
+)
+REFERENCE_MODELS: dict[str, ModelSpec] = {m.name: m for m in (LLAMA_3_1_8B, LLAMA_3_1_70B)}
+
+
+def model_spec_from_mapping(name: str, architecture: dict[str, Any], **extra: Any) -> ModelSpec:
+    """Build a ModelSpec from a catalog ``[models.architecture]`` table.
+
+    ``extra`` may supply ``context_window`` when the catalog keeps it outside the table.
+    """
+    arch = {**extra, **architecture}
+    try:
+        return ModelSpec(
+            name=name,
+            total_params=float(arch["total_params"]),
+            active_params_prefill=float(arch.get("active_params_prefill", arch["total_params"])),
+            active_params_decode=float(arch.get("active_params_decode", arch["total_params"])),
+            layers=int(arch["layers"]),
+            hidden_size=int(arch["hidden_size"]),
+            bytes_per_param=float(arch["bytes_per_param"]),
+            kv_bytes_per_token=float(arch["kv_bytes_per_token"]),
+            context_window=int(arch["context_window"]),
+            experts=int(arch.get("experts", 0)),
+            experts_per_token=int(arch.get("experts_per_token", 0)),
+        )
+    except KeyError as exc:
+        raise SimEngineError(f"model {name!r}: architecture lacks {exc.args[0]!r}") from None
+
+
+def load_catalog_models(path: str | Path) -> dict[str, ModelSpec]:
+    """Read ModelSpecs from a catalog TOML file (``[[models]]`` with ``[models.architecture]``).
+
+    Models without an architecture table are skipped. Keys are the model's ``slug``,
+    ``name`` or ``id`` (first present).
+    """
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    specs: dict[str, ModelSpec] = {}
+    for entry in data.get("models", []):
+        arch = entry.get("architecture")
+        if not arch:
+            continue
+        name = str(entry.get("slug") or entry.get("name") or entry.get("id"))
+        extra = {"context_window": entry["context_window"]} if "context_window" in entry else {}
+        specs[name] = model_spec_from_mapping(name, arch, **extra)
+    return specs

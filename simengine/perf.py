@@ -1,0 +1,480 @@
+"""Performance model: per-token decode, prefill, TTFT, transport, and agent tasks.
+
+GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
+binds) plus all-reduce collectives; the tier's decode batch sets how much weight
+traffic and KV each step moves (MoE: distinct experts touched by the batch).
+Wafers are latency-bound, not bandwidth-bound: per-token time is
+L t_layer + (P - 1) t_hop + t_fixed (+ the tiny SRAM streaming floor), with t_layer,
+t_link and t_fixed calibrated per software version.
+
+An agent task is a sequence of turns; per turn: wait + transport round trip + TTFT
+(server overhead + prefill of the uncached tokens + first step) + decode; plus the
+tool time. Context grows turn by turn; with prompt caching only new tokens prefill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import SimEngineError
+from .hardware import HardwareProfile
+from .model import ModelSpec
+from .params import DEFAULT_PARAMS, EngineParams
+from .placement import Placement, placement, resolve_device
+from .queueing import TIER_PRIORITY, wait_estimate
+
+TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
+TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
+# Anything above this is a typo or an attack, not a task (larger than any context window).
+MAX_TOKENS = 50_000_000
+
+
+def _positive_int(value: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SimEngineError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise SimEngineError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where and how a model is served.
+
+    ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
+    ``software`` picks the calibrated parameter version (default: the device's current
+    one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed.
+    """
+
+    device: str
+    nodes: int
+    tier: str = "standard"
+    transport: str = "reworked"
+    software: str | None = None
+    nodes_per_replica: int | None = None
+
+    def __post_init__(self) -> None:
+        resolve_device(self.device)
+        _positive_int(self.nodes, "nodes", 1)
+        if self.tier not in TIERS:
+            raise SimEngineError(f"unknown tier {self.tier!r}; known: {list(TIERS)}")
+        if self.transport not in TRANSPORTS:
+            raise SimEngineError(f"unknown transport {self.transport!r}; known: {list(TRANSPORTS)}")
+        if self.nodes_per_replica is not None:
+            _positive_int(self.nodes_per_replica, "nodes_per_replica", 1)
+
+
+@dataclass(frozen=True)
+class TaskProfile:
+    """An agent task: ``turns`` model calls with tool calls in between.
+
+    ``input_tokens`` is the first prompt; ``output_tokens`` the output over all turns
+    (split evenly); ``tool_result_tokens`` the tool output fed back over turns 2..n
+    (split evenly); ``tool_seconds`` the total tool time. With ``prompt_caching``
+    earlier turns stay cached, so each turn prefills only its new tokens; without it
+    every turn re-prefills its whole context.
+    """
+
+    input_tokens: int
+    output_tokens: int
+    turns: int = 1
+    tool_seconds: float = 0.0
+    tool_result_tokens: int = 0
+    prompt_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int(self.input_tokens, "input_tokens", 1)
+        _positive_int(self.output_tokens, "output_tokens", 1)
+        _positive_int(self.turns, "turns", 1)
+        _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
+        if self.output_tokens < self.turns:
+            raise SimEngineError(
+                f"output_tokens ({self.output_tokens}) must be >= turns ({self.turns})"
+            )
+        total = self.input_tokens + self.output_tokens + self.tool_result_tokens
+        if total > MAX_TOKENS:
+            raise SimEngineError(f"task holds {total} tokens, above the {MAX_TOKENS} sanity limit")
+        if not (
+            isinstance(self.tool_seconds, (int, float))
+            and math.isfinite(self.tool_seconds)
+            and self.tool_seconds >= 0
+        ):
+            raise SimEngineError(f"tool_seconds must be finite and >= 0, got {self.tool_seconds!r}")
+
+    @property
+    def final_context_tokens(self) -> int:
+        """Context length at the end of the last turn."""
+        return self.input_tokens + self.output_tokens + self.tool_result_tokens
+
+
+@dataclass(frozen=True)
+class TurnBreakdown:
+    """Timing of one turn (seconds)."""
+
+    turn: int
+    new_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    wait: float
+    transport: float
+    ttft: float
+    decode: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted timing of a task on a deployment (seconds, tokens/s).
+
+    ``tokens_per_second`` is the client-observed decode speed over the task (output
+    tokens / time spent producing them); ``ttft_seconds`` the first turn's time to
+    first token as a client sees it without queueing (round trip + server TTFT).
+    ``generation_seconds`` = sum of server TTFT + decode over turns, ``transport_seconds``
+    the round trips, ``queue_seconds`` the closed-form P90 wait per turn times the turns
+    (0 without a load); total = queue + transport + generation + tool.
+    """
+
+    model: str
+    device: str
+    tier: str
+    transport: str
+    software: str
+    tokens_per_second: float
+    ttft_seconds: float
+    generation_seconds: float
+    tool_seconds: float
+    transport_seconds: float
+    queue_seconds: float
+    total_seconds: float
+    wafers: int | None
+    gpus_per_replica: int | None
+    replicas: int
+    stream_capacity: int
+    batch: int | None
+    load: float | None
+    queue_saturated: bool
+    turns: tuple[TurnBreakdown, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (turn breakdown as a list of dicts)."""
+        data = asdict(self)
+        data["turns"] = [asdict(t) for t in self.turns]
+        return data
+
+
+@dataclass(frozen=True)
+class _Served:
+    # A deployment resolved against a model and parameters: everything the per-token
+    # and prefill formulas need.
+    model: ModelSpec
+    hw: HardwareProfile
+    place: Placement
+    deployment: Deployment
+    software: str
+    params: EngineParams
+    batch: float | None  # GPU decode batch (co-scheduled streams per replica)
+
+    def p(self, name: str) -> float:
+        return self.params.hardware(self.hw.key, self.hw.kind, self.software, name)
+
+    def transport(self, name: str) -> float:
+        t = self.deployment.transport
+        return self.params.get(f"transport:legacy:{name}") * self.params.get(
+            f"transport:{t}:{name}_factor"
+        )
+
+
+def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
+    # GenZ: 5 us + 2(N-1) t_link + 2(N-1)(D/N)/BW_link.
+    if group <= 1:
+        return 0.0
+    return (
+        base
+        + 2 * (group - 1) * hw.link_latency
+        + 2 * (group - 1) * (size_bytes / group) / hw.link_bandwidth
+    )
+
+
+def decode_step_seconds(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    *,
+    batch: float = 1.0,
+    context_tokens: float = 0.0,
+    other_context_tokens: float = 0.0,
+    tensor_parallel: int = 1,
+    pipeline_stages: int = 1,
+    eta_mem: float = 1.0,
+    eta_flop: float = 1.0,
+    allreduce_base: float = 0.0,
+    activation_bytes: float = 2.0,
+) -> float:
+    """GPU roofline time of one decode step for a batch (seconds per generated token).
+
+    bytes = (weights touched by the batch + KV of every stream) / TP;
+    FLOPs = (2 N_active B + 4 L d sum(contexts)) / TP; step = max(memory, compute)
+    + per-layer all-reduces + pipeline hops. With eta = 1 and TP = 1 this is the
+    bandwidth ceiling.
+    """
+    tokens_in_kv = context_tokens + (batch - 1) * other_context_tokens
+    mem_bytes = (model.decode_weight_bytes(batch) + model.kv_bytes(tokens_in_kv)) / tensor_parallel
+    flops = (
+        2 * model.active_params_decode * batch + 4 * model.layers * model.hidden_size * tokens_in_kv
+    ) / tensor_parallel
+    t_mem = mem_bytes / (hw.memory_bandwidth * eta_mem)
+    t_flop = flops / (hw.peak_flops(model.bytes_per_param) * eta_flop)
+    act = batch * model.hidden_size * activation_bytes
+    t_comm = 2 * model.layers * _allreduce(hw, act, tensor_parallel, allreduce_base)
+    t_comm += (pipeline_stages - 1) * (hw.scaleout_latency + act / hw.scaleout_bandwidth)
+    return max(t_mem, t_flop) + t_comm
+
+
+def _wafer_pass(s: _Served) -> float:
+    # One token through the pipeline: per-layer latency plus (P-1) wafer-to-wafer hops.
+    hop = (
+        s.p("t_link") + s.model.hidden_size * s.params.get("activation_bytes") / s.hw.link_bandwidth
+    )
+    return s.model.layers * s.p("t_layer") + (s.place.pipeline_stages - 1) * hop
+
+
+def _server_token_seconds(s: _Served, context: float) -> float:
+    """Server-side time per generated token for a stream at ``context`` tokens."""
+    if s.hw.kind == "wafer":
+        # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
+        floor = (s.model.decode_weight_bytes(1) + s.model.kv_bytes(context)) / (
+            s.hw.memory_bandwidth
+        )
+        return _wafer_pass(s) + s.p("t_fixed") + floor
+    return decode_step_seconds(
+        s.model,
+        s.hw,
+        batch=float(s.batch or 1),
+        context_tokens=context,
+        other_context_tokens=s.params.get("batch_context_tokens"),
+        tensor_parallel=s.place.tensor_parallel or 1,
+        pipeline_stages=s.place.pipeline_stages,
+        eta_mem=s.p("eta_mem"),
+        eta_flop=s.p("eta_flop"),
+        allreduce_base=s.params.get("gpu:allreduce_base"),
+        activation_bytes=s.params.get("activation_bytes"),
+    )
+
+
+def _token_seconds(s: _Served, context: float) -> float:
+    # What the client sees per token: server step + per-token transport overhead.
+    return _server_token_seconds(s, context) + s.transport("per_token")
+
+
+def _prefill_seconds(s: _Served, new: int, cached: int) -> float:
+    """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones."""
+    m = s.model
+    # Causal attention over the cached prefix and the new tokens themselves.
+    flops = 2 * m.active_params_prefill * new + 2 * m.layers * m.hidden_size * (
+        new * new + 2 * new * cached
+    )
+    peak = s.hw.peak_flops(m.bytes_per_param)
+    if s.hw.kind == "wafer":
+        # Chunks stream through the pipeline: the busiest wafer sets the pace, then
+        # the last chunk crosses the pipeline once.
+        share = max(s.place.layers_per_stage) / m.layers
+        return flops * share / (peak * s.params.get("wafer:eta_flop")) + _wafer_pass(s)
+    tp = s.place.tensor_parallel or 1
+    t_flop = flops / (tp * peak * s.p("eta_flop"))
+    t_mem = (m.decode_weight_bytes(new) + m.kv_bytes(cached + new)) / (
+        tp * s.hw.memory_bandwidth * s.p("eta_mem")
+    )
+    act = new * m.hidden_size * s.params.get("activation_bytes")
+    t_comm = 2 * m.layers * _allreduce(s.hw, act, tp, s.params.get("gpu:allreduce_base"))
+    t_comm += (s.place.pipeline_stages - 1) * (
+        s.hw.scaleout_latency + act / s.hw.scaleout_bandwidth
+    )
+    return max(t_flop, t_mem) + t_comm
+
+
+def _serve(model: ModelSpec, deployment: Deployment, params: EngineParams) -> _Served:
+    hw = resolve_device(deployment.device)
+    software = deployment.software or params.software_for(hw.key)
+    # Concurrency is planned for the typical co-scheduled context, not the worst case.
+    ctx_ref = int(min(params.get("batch_context_tokens"), model.context_window))
+    place = placement(
+        model,
+        hw.key,
+        deployment.nodes,
+        context_tokens=ctx_ref,
+        nodes_per_replica=deployment.nodes_per_replica,
+        streams_per_stage=params.get("wafer:streams_per_stage"),
+    )
+    batch = None
+    if hw.kind == "gpu":
+        tier_batch = params.get(f"tier:{deployment.tier}:batch")
+        # KV capacity caps the batch; fractional batches are allowed so the fit is smooth.
+        batch = max(1.0, min(tier_batch, float(place.streams_per_replica)))
+    served = _Served(model, hw, place, deployment, software, params, batch)
+    # Validate the software version now, with a clear message.
+    served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
+    return served
+
+
+def token_speed(
+    model: ModelSpec,
+    deployment: Deployment,
+    context_tokens: int = 1024,
+    params: EngineParams = DEFAULT_PARAMS,
+) -> float:
+    """Client-observed decode tokens/s of one stream at ``context_tokens`` of context."""
+    _positive_int(context_tokens, "context_tokens", 0)
+    if context_tokens > model.context_window:
+        raise SimEngineError(
+            f"context_tokens {context_tokens} exceeds {model.name}'s window {model.context_window}"
+        )
+    return 1.0 / _token_seconds(_serve(model, deployment, params), context_tokens)
+
+
+def _decode_span_seconds(s: _Served, start_context: int, tokens: int) -> float:
+    # Per-token time is affine in context (piecewise, through the roofline max), so
+    # Simpson's rule over the span is exact or very close.
+    if tokens <= 0:
+        return 0.0
+    a, b = start_context, start_context + tokens - 1
+    mid = 0.5 * (a + b)
+    return tokens * (_token_seconds(s, a) + 4 * _token_seconds(s, mid) + _token_seconds(s, b)) / 6
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def predict(
+    model: ModelSpec,
+    deployment: Deployment,
+    task: TaskProfile,
+    load: float | None = None,
+    params: EngineParams = DEFAULT_PARAMS,
+    *,
+    tier_mix: Mapping[str, float] | None = None,
+) -> Prediction:
+    """Predict time and speed of ``task`` for ``model`` served by ``deployment``.
+
+    ``load`` is the utilisation rho in [0, 1) of the tier's share of the pool; the
+    per-turn P90 wait comes from :func:`wait_estimate` (M/M/c with c = the pool's stream
+    capacity, service = mean turn time). ``tier_mix`` (load shares of tiers sharing the
+    pool) switches to non-preemptive priority classes (TIER_PRIORITY order).
+
+    Raises SimEngineError for load >= 1, a task that outgrows the context window,
+    unknown device/tier/transport/software, or a model that does not fit the pool.
+    """
+    if load is not None:
+        if isinstance(load, bool) or not isinstance(load, (int, float)) or not math.isfinite(load):
+            raise SimEngineError(f"load must be a number in [0, 1), got {load!r}")
+        if load < 0 or load >= 1:
+            raise SimEngineError(
+                f"load {load} is outside [0, 1): at or above capacity waits are unbounded"
+            )
+    if task.input_tokens > model.context_window:
+        raise SimEngineError(
+            f"input_tokens {task.input_tokens} exceed {model.name}'s context window "
+            f"{model.context_window}"
+        )
+    if task.final_context_tokens > model.context_window:
+        raise SimEngineError(
+            f"the task's context grows to {task.final_context_tokens} tokens, above "
+            f"{model.name}'s context window {model.context_window}"
+        )
+    s = _serve(model, deployment, params)
+
+    outputs = _split(task.output_tokens, task.turns)
+    tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
+    round_trip = s.transport("round_trip")
+    overhead = s.transport("ttft_overhead")
+
+    raw: list[tuple[int, int, int, float, float]] = []
+    producing = 0.0  # time spent emitting tokens (first token + the rest)
+    context = 0
+    for k in range(task.turns):
+        new_input = task.input_tokens if k == 0 else tool_tokens[k]
+        if task.prompt_caching:
+            cached, new = context, new_input
+        else:
+            cached, new = 0, context + new_input
+        context += new_input
+        # TTFT: server overhead + prefill of the uncached tokens + the first token.
+        first = _token_seconds(s, context)
+        ttft = overhead + _prefill_seconds(s, new, cached) + first
+        decode = _decode_span_seconds(s, context + 1, outputs[k] - 1)
+        producing += first + decode
+        raw.append((new, cached, outputs[k], ttft, decode))
+        context += outputs[k]
+
+    # Queue: per-turn wait at the given load, from the closed form.
+    wait_p90 = 0.0
+    saturated = False
+    capacity = (s.place.replicas or 1) * (
+        int(s.batch) if s.batch is not None else s.place.streams_per_replica
+    )
+    if load is not None and load > 0:
+        mean_service = sum(t + d for _, _, _, t, d in raw) / task.turns
+        mu = 1.0 / mean_service
+        total_rate = load * capacity * mu
+        if tier_mix:
+            est = _priority_wait(deployment.tier, tier_mix, capacity, total_rate, mu)
+        else:
+            est = wait_estimate(capacity, total_rate, mu)
+            est = (est.p90_wait, est.saturated)
+        wait_p90, saturated = est
+
+    turns = tuple(
+        TurnBreakdown(k + 1, new, cached, out, wait_p90, round_trip, ttft, decode)
+        for k, (new, cached, out, ttft, decode) in enumerate(raw)
+    )
+    generation = sum(t.ttft + t.decode for t in turns)
+    transport = round_trip * task.turns
+    queue = wait_p90 * task.turns
+    return Prediction(
+        model=model.name,
+        device=s.hw.key,
+        tier=deployment.tier,
+        transport=deployment.transport,
+        software=s.software,
+        tokens_per_second=task.output_tokens / producing,
+        ttft_seconds=round_trip + turns[0].ttft,
+        generation_seconds=generation,
+        tool_seconds=float(task.tool_seconds),
+        transport_seconds=transport,
+        queue_seconds=queue,
+        total_seconds=queue + transport + generation + task.tool_seconds,
+        wafers=s.place.wafers_per_replica,
+        gpus_per_replica=s.place.nodes_per_replica if s.hw.kind == "gpu" else None,
+        replicas=s.place.replicas or 0,
+        stream_capacity=capacity,
+        batch=None if s.batch is None else int(round(s.batch)),
+        load=load,
+        queue_saturated=saturated,
+        turns=turns,
+    )
+
+
+def _priority_wait(
+    tier: str, tier_mix: Mapping[str, float], servers: int, total_rate: float, mu: float
+) -> tuple[float, bool]:
+    if tier not in tier_mix:
+        raise SimEngineError(f"tier_mix must include the deployment's tier {tier!r}")
+    unknown = set(tier_mix) - set(TIER_PRIORITY)
+    if unknown:
+        raise SimEngineError(f"unknown tiers in tier_mix: {sorted(unknown)}")
+    shares = {t: float(v) for t, v in tier_mix.items()}
+    if any(v < 0 or not math.isfinite(v) for v in shares.values()) or sum(shares.values()) <= 0:
+        raise SimEngineError(f"tier_mix shares must be >= 0 and sum > 0, got {dict(tier_mix)}")
+    norm = sum(shares.values())
+    classes = sorted({TIER_PRIORITY[t] for t in shares})
+    rates = [
+        total_rate * sum(v for t, v in shares.items() if TIER_PRIORITY[t] == c) / norm
+        for c in classes
+    ]
+    est = wait_estimate(servers, rates, mu)
+    mine = est.classes[classes.index(TIER_PRIORITY[tier])] if est.classes else None
+    if mine is None:  # only one class present
+        return est.p90_wait, est.saturated
+    return mine.p90_wait, mine.saturated

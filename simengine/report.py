@@ -1,0 +1,148 @@
+"""Readable tables and a tier plot for predictions and calibration results."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .calibration import CalibrationResult
+from .perf import Prediction
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return f"{x:.{digits}g}"
+
+
+def prediction_table(pred: Prediction) -> str:
+    """A two-column table of a prediction plus its per-turn breakdown (first/last turns)."""
+    where = (
+        f"{pred.wafers} wafers/replica" if pred.wafers else f"{pred.gpus_per_replica} GPUs/replica"
+    )
+    head = [
+        ("model", pred.model),
+        (
+            "deployment",
+            f"{pred.device} {pred.tier} ({pred.transport} transport, sw {pred.software})",
+        ),
+        ("placement", f"{where}, {pred.replicas} replicas, {pred.stream_capacity} streams"),
+        ("batch", _num(pred.batch)),
+        ("tokens/s", _num(pred.tokens_per_second)),
+        ("TTFT (s)", _num(pred.ttft_seconds)),
+        ("generation (s)", _num(pred.generation_seconds)),
+        ("tools (s)", _num(pred.tool_seconds)),
+        ("transport (s)", _num(pred.transport_seconds)),
+        (
+            "queue P90 (s)",
+            _num(pred.queue_seconds) + (" SATURATED" if pred.queue_saturated else ""),
+        ),
+        ("total (s)", _num(pred.total_seconds)),
+    ]
+    text = _table(["quantity", "value"], [(k, v) for k, v in head])
+    turns = list(pred.turns)
+    shown = turns if len(turns) <= 6 else turns[:3] + turns[-3:]
+    rows = [
+        (str(t.turn), str(t.new_tokens), str(t.cached_tokens), str(t.output_tokens),
+         _num(t.wait), _num(t.transport), _num(t.ttft), _num(t.decode))
+        for t in shown
+    ]  # fmt: skip
+    text += "\n\n" + _table(
+        ["turn", "new", "cached", "out", "wait", "transport", "ttft", "decode"], rows
+    )
+    if len(turns) > 6:
+        text += f"\n({len(turns) - 6} middle turns not shown)"
+    return text
+
+
+def calibration_table(result: CalibrationResult) -> str:
+    """Targets (published vs model, residual, tolerance, pass) and fitted parameters."""
+    rows = []
+    for r in result.rows:
+        target = (
+            _num(r.target_low)
+            if r.target_low == r.target_high
+            else (f"{_num(r.target_low)}-{_num(r.target_high)}")
+        )
+        rows.append((
+            r.name, r.published, target, _num(r.model_value), f"{r.residual:+.3f}",
+            f"{r.tolerance:.0%}" if r.target_low == r.target_high else "range",
+            "fit" if r.fitted else "check", "PASS" if r.passed else "FAIL",
+        ))  # fmt: skip
+    text = _table(
+        ["target", "published", "value", "model", "residual", "tol", "use", "result"], rows
+    )
+    prow = [
+        (p.name, _num(p.value), _num(p.prior), f"{p.data_share:.2f}", p.why)
+        for p in result.parameters
+    ]
+    text += (
+        "\n\nparameters "
+        + result.params.version
+        + (
+            f" (fitted, {result.iterations} iterations, cost {result.cost:.3g})"
+            if result.fitted
+            else " (stored, not refitted)"
+        )
+    )
+    text += "\n" + _table(["parameter", "value", "prior", "data share", "note"], prow)
+    text += "\n\n" + ("all targets PASS" if result.passed else f"{len(result.failures)} FAIL")
+    return text
+
+
+def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write a PNG of tokens/s and task time by tier and model.
+
+    ``rows`` are mappings with ``model``, ``tier``, ``tokens_per_second`` and
+    ``total_seconds`` (e.g. ``Prediction.to_dict()`` results). Uses the Agg backend.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tier_colours = {
+        "flex": "#9aa5b1",
+        "standard": "#3b7dd8",
+        "priority": "#8a4fd8",
+        "ultrafast": "#d8843b",
+    }
+    labels = [f"{r['model']} / {r['tier']}" for r in rows]
+    colours = [tier_colours.get(r["tier"], "#555555") for r in rows]
+    ys = list(range(len(rows)))[::-1]  # first row on top
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.32 * len(rows)), sharey=True)
+    for ax, key, title, fmt in (
+        (ax1, "tokens_per_second", "Decode speed per stream (tokens/s, log scale)", "{:,.0f}"),
+        (ax2, "total_seconds", "Task time (s)", "{:,.1f}"),
+    ):
+        values = [r[key] for r in rows]
+        ax.barh(ys, values, color=colours)
+        for y, v in zip(ys, values, strict=True):
+            ax.text(v, y, " " + fmt.format(v), va="center", fontsize=7)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.15)
+    ax1.set_xscale("log")
+    ax1.set_yticks(ys, labels, fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in tier_colours.items()]
+    fig.legend(handles, list(tier_colours), loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,96 @@
+"""Calibration: the fit reproduces the published figures; stored params match the fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simengine import DEFAULT_PARAMS, GDPVAL_TASK, Deployment, calibrate, predict, token_speed
+from simengine.calibration import default_targets
+from simengine.report import calibration_table, plot_tiers, prediction_table
+
+
+@pytest.fixture(scope="module")
+def fitted(sol, spark):
+    return calibrate(sol=sol, spark=spark)
+
+
+def test_refit_reproduces_every_published_figure_within_tolerance(fitted):
+    failures = [(r.name, r.model_value, r.residual) for r in fitted.rows if not r.passed]
+    assert failures == []
+    assert len(fitted.rows) == len(default_targets())
+
+
+def test_fit_residuals_are_small_not_just_inside_tolerance(fitted):
+    for row in fitted.rows:
+        limit = row.tolerance * 0.6 if row.target_low == row.target_high else 0.0
+        assert abs(row.residual) <= limit + 1e-9, row
+
+
+def test_stored_default_params_reproduce_the_targets(sol, spark):
+    stored = calibrate(sol=sol, spark=spark, fit=False)
+    assert stored.params is DEFAULT_PARAMS
+    assert [r.name for r in stored.failures] == []
+
+
+def test_stored_default_params_equal_a_fresh_fit(fitted):
+    for row in fitted.parameters:
+        assert DEFAULT_PARAMS.get(row.name) == pytest.approx(row.value, rel=0.02), row.name
+
+
+def test_parameters_are_versioned_per_hardware_and_software(fitted):
+    names = {p.name for p in fitted.parameters}
+    assert {"wse-3@2026.08:t_layer", "wse-3@2024.08:t_layer"} <= names
+    launch = fitted.params.get("wse-3@2024.08:t_link")
+    current = fitted.params.get("wse-3@2026.08:t_link")
+    assert launch != current
+    assert all(0 <= p.data_share <= 1 for p in fitted.parameters)
+
+
+def test_outputs_are_computed_from_parameters_not_stored(sol, fitted):
+    # Doubling the per-layer latency must slow Ultrafast: the 750 tok/s is not a constant.
+    deployment = Deployment("wse-3", 64, "ultrafast")
+    base = token_speed(sol, deployment, params=fitted.params)
+    slower = fitted.params.with_values(
+        {"wse-3@2026.08:t_layer": 2 * fitted.params.get("wse-3@2026.08:t_layer")}
+    )
+    assert token_speed(sol, deployment, params=slower) < 0.8 * base
+
+
+def test_same_gdpval_profile_on_both_tiers_gives_the_published_shape(sol):
+    std = predict(sol, Deployment("h200", 4096, "standard"), GDPVAL_TASK)
+    uf = predict(sol, Deployment("wse-3", 64, "ultrafast"), GDPVAL_TASK)
+    assert std.total_seconds / 60 == pytest.approx(7.7, rel=0.10)
+    assert std.generation_seconds / 60 == pytest.approx(7.5, rel=0.10)
+    assert uf.total_seconds == pytest.approx(83, rel=0.10)
+    assert uf.generation_seconds == pytest.approx(68, rel=0.10)
+    assert uf.tool_seconds == pytest.approx(15)
+    assert std.total_seconds / uf.total_seconds == pytest.approx(5.6, rel=0.10)
+
+
+def test_calibration_table_lists_targets_and_parameters(fitted):
+    text = calibration_table(fitted)
+    for row in fitted.rows:
+        assert row.name in text
+    assert "wse-3@2026.08:t_layer" in text and "all targets PASS" in text
+
+
+def test_prediction_table_and_tier_plot(sol, tmp_path):
+    rows = []
+    for tier, dep in {
+        "standard": Deployment("h200", 4096, "standard"),
+        "ultrafast": Deployment("wse-3", 64, "ultrafast"),
+    }.items():
+        pred = predict(sol, dep, GDPVAL_TASK, load=0.5)
+        text = prediction_table(pred)
+        assert tier in text and "tokens/s" in text
+        rows.append(pred.to_dict())
+    path = plot_tiers(tmp_path / "tiers.png", rows)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_calibration_result_serialises(fitted):
+    data = fitted.to_dict()
+    assert data["passed"] is True
+    assert all(math.isfinite(r["model_value"]) for r in data["rows"])
