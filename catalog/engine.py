@@ -37,8 +37,7 @@ def calibration_inputs() -> dict:
     sol = ModelVersion.objects.get(slug="gpt-5.6-sol")
     spark = ModelVersion.objects.get(slug="gpt-5.3-codex-spark")
     sol_deps = {
-        d.tier.slug: deployment_of(d)
-        for d in sol.deployments.select_related("tier", "pool")
+        d.tier.slug: deployment_of(d) for d in sol.deployments.select_related("tier", "pool")
     }
     spark_dep = spark.deployments.select_related("tier", "pool").first()
     return {

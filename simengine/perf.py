@@ -14,6 +14,7 @@ tool time. Context grows turn by turn; with prompt caching only new tokens prefi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -347,6 +348,55 @@ def _split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
+@dataclass(frozen=True)
+class _ServiceProfile:
+    # The load-free part of a prediction: what the hardware does for this task.
+    served: _Served
+    raw: tuple[tuple[int, int, int, float, float], ...]
+    producing: float
+    round_trip: float
+
+
+def _service_profile(
+    model: ModelSpec, deployment: Deployment, task: TaskProfile, params: EngineParams
+) -> _ServiceProfile:
+    s = _serve(model, deployment, params)
+
+    outputs = _split(task.output_tokens, task.turns)
+    tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
+    round_trip = s.transport("round_trip")
+    overhead = s.transport("ttft_overhead")
+
+    raw: list[tuple[int, int, int, float, float]] = []
+    producing = 0.0  # time spent emitting tokens (first token + the rest)
+    context = 0
+    for k in range(task.turns):
+        new_input = task.input_tokens if k == 0 else tool_tokens[k]
+        if task.prompt_caching:
+            cached, new = context, new_input
+        else:
+            cached, new = 0, context + new_input
+        context += new_input
+        # TTFT: server overhead + prefill of the uncached tokens + the first token.
+        first = _token_seconds(s, context)
+        ttft = overhead + _prefill_seconds(s, new, cached) + first
+        decode = _decode_span_seconds(s, context + 1, outputs[k] - 1)
+        producing += first + decode
+        raw.append((new, cached, outputs[k], ttft, decode))
+        context += outputs[k]
+
+    return _ServiceProfile(s, tuple(raw), producing, round_trip)
+
+
+# The router asks for the same (model, deployment, task) many times with different
+# loads; with the default parameters the load-free part is cached.
+@functools.lru_cache(maxsize=8192)
+def _default_service_profile(
+    model: ModelSpec, deployment: Deployment, task: TaskProfile
+) -> _ServiceProfile:
+    return _service_profile(model, deployment, task, DEFAULT_PARAMS)
+
+
 def predict(
     model: ModelSpec,
     deployment: Deployment,
@@ -383,30 +433,11 @@ def predict(
             f"the task's context grows to {task.final_context_tokens} tokens, above "
             f"{model.name}'s context window {model.context_window}"
         )
-    s = _serve(model, deployment, params)
-
-    outputs = _split(task.output_tokens, task.turns)
-    tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
-    round_trip = s.transport("round_trip")
-    overhead = s.transport("ttft_overhead")
-
-    raw: list[tuple[int, int, int, float, float]] = []
-    producing = 0.0  # time spent emitting tokens (first token + the rest)
-    context = 0
-    for k in range(task.turns):
-        new_input = task.input_tokens if k == 0 else tool_tokens[k]
-        if task.prompt_caching:
-            cached, new = context, new_input
-        else:
-            cached, new = 0, context + new_input
-        context += new_input
-        # TTFT: server overhead + prefill of the uncached tokens + the first token.
-        first = _token_seconds(s, context)
-        ttft = overhead + _prefill_seconds(s, new, cached) + first
-        decode = _decode_span_seconds(s, context + 1, outputs[k] - 1)
-        producing += first + decode
-        raw.append((new, cached, outputs[k], ttft, decode))
-        context += outputs[k]
+    if params is DEFAULT_PARAMS:
+        prof = _default_service_profile(model, deployment, task)
+    else:
+        prof = _service_profile(model, deployment, task, params)
+    s, raw, producing, round_trip = prof.served, prof.raw, prof.producing, prof.round_trip
 
     # Queue: per-turn wait at the given load, from the closed form.
     wait_p90 = 0.0

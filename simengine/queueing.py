@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import pdtr
 
 from .errors import SimEngineError
 
@@ -58,15 +59,28 @@ class WaitEstimate:
 
 
 def erlang_c(servers: int, offered_load: float) -> float:
-    """Probability an arrival waits in M/M/c (a = lambda/mu < c), via the Erlang B recursion."""
+    """Probability an arrival waits in M/M/c (a = lambda/mu < c).
+
+    Erlang B by its recursion for small pools (exact); for large pools (a GPU cluster
+    holds tens of thousands of streams) the same value from the Poisson distribution,
+    B = P(X = c) / P(X <= c) with X ~ Poisson(a), in O(1) instead of O(c).
+    """
     if offered_load <= 0:
         return 0.0
     if offered_load >= servers:
         return 1.0
-    b = 1.0
-    for i in range(1, servers + 1):
-        b = offered_load * b / (i + offered_load * b)
+    if servers <= _RECURSION_MAX_SERVERS:
+        b = 1.0
+        for i in range(1, servers + 1):
+            b = offered_load * b / (i + offered_load * b)
+    else:
+        log_pmf = servers * math.log(offered_load) - offered_load - math.lgamma(servers + 1)
+        cdf = float(pdtr(servers, offered_load))
+        b = math.exp(log_pmf) / cdf if cdf > 0 else 1.0
     return servers * b / (servers - offered_load * (1.0 - b))
+
+
+_RECURSION_MAX_SERVERS = 64
 
 
 def _tail_quantile(prob_wait: float, conditional_mean: float, q: float) -> float:

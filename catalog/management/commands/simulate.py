@@ -41,14 +41,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--model", required=True, help="Model slug or family alias (sol).")
-        parser.add_argument("--tier", default="standard", help="flex, standard, priority, ultrafast")
+        parser.add_argument(
+            "--tier", default="standard", help="flex, standard, priority, ultrafast"
+        )
         parser.add_argument("--input-tokens", type=count, default=2000)
         parser.add_argument("--output-tokens", type=count, default=1000)
         parser.add_argument("--turns", type=count, default=1)
         parser.add_argument("--tool-seconds", type=seconds, default=0.0)
         parser.add_argument("--tool-result-tokens", type=count, default=0)
         parser.add_argument(
-            "--load", type=float, default=None, help="Pool utilisation rho in [0, 1) for the P90 wait."
+            "--load",
+            type=float,
+            default=None,
+            help="Pool utilisation rho in [0, 1) for the P90 wait.",
         )
         parser.add_argument("--transport", choices=["reworked", "legacy"], default="reworked")
         parser.add_argument("--json", action="store_true", help="Print JSON.")
@@ -71,9 +76,7 @@ class Command(BaseCommand):
         )
         if deployment is None:
             tiers = ", ".join(model.deployments.values_list("tier__slug", flat=True)) or "none"
-            raise CommandError(
-                f"{model.slug} has no {o['tier']!r} tier. Its tiers: {tiers}."
-            )
+            raise CommandError(f"{model.slug} has no {o['tier']!r} tier. Its tiers: {tiers}.")
         try:
             task = simengine.TaskProfile(
                 input_tokens=o["input_tokens"],
@@ -127,7 +130,9 @@ class Command(BaseCommand):
             if d.model_id != chosen.pk and not is_serving(d.model):
                 continue
             try:
-                pred = simengine.predict(model_spec(d.model), deployment_of(d, transport=transport), task)
+                pred = simengine.predict(
+                    model_spec(d.model), deployment_of(d, transport=transport), task
+                )
             except simengine.SimEngineError:
                 continue  # e.g. the task does not fit that model's context window
             rows.append(pred.to_dict() | {"model": d.model.slug})
