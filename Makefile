@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test test-sqlite lint format check-migrations schema deploy-check ci bench clean
+.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ deploy-check: install
 
 bench: install
 	$(PY) bench/bench_simengine.py
+	$(PY) bench/bench_router.py
+
+## needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/lifecycle_bench)
+bench-http: install
+	$(PY) bench/bench_quotes_http.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

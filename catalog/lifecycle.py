@@ -16,6 +16,7 @@ a test checks they agree for every model on every boundary day.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from email.utils import format_datetime
 
@@ -134,21 +135,31 @@ def resolve_successor(model: ModelVersion, at: dt.datetime | None = None) -> Res
     return Resolution(model=current, chain=tuple(chain), tier=tier)
 
 
+def pick_model_reference(
+    ref: str, models: Iterable[ModelVersion], at: dt.datetime | None = None
+) -> ModelVersion | None:
+    """The model `ref` names among `models`: the version with that slug, or for a family
+    alias (`sol`) the family's newest serving version (the newest of any status when
+    none serves, so the caller can say it is retired)."""
+    family = []
+    for m in models:
+        if m.slug == ref:
+            return m
+        if m.family.slug == ref:
+            family.append(m)
+    serving = [m for m in family if model_status(m, at) in (ACTIVE, PREVIEW, DEPRECATED)]
+    pool = serving or family
+    if not pool:
+        return None
+    return min(pool, key=lambda m: (-m.released_on.toordinal(), m.slug))
+
+
 def resolve_model_reference(ref: str, at: dt.datetime | None = None) -> ModelVersion | None:
     """A model slug, or a family alias (`sol`) meaning its newest serving version."""
-    found = ModelVersion.objects.select_related("family", "successor").filter(slug=ref).first()
-    if found is not None:
-        return found
-    serving = (
-        ModelVersion.objects.filter(family__slug=ref)
-        .filter(status_q(ACTIVE, at) | status_q(PREVIEW, at) | status_q(DEPRECATED, at))
-        .order_by("-released_on", "slug")
+    candidates = ModelVersion.objects.select_related("family", "successor").filter(
+        Q(slug=ref) | Q(family__slug=ref)
     )
-    newest = serving.first()
-    if newest is not None:
-        return newest
-    any_version = ModelVersion.objects.filter(family__slug=ref).order_by("-released_on").first()
-    return any_version
+    return pick_model_reference(ref, candidates, at)
 
 
 def validate_lifecycle(

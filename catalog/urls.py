@@ -7,4 +7,5 @@ urlpatterns = [
     path("models/<str:slug>/", views.ModelDetailView.as_view(), name="model-detail"),
     path("tiers/", views.TierListView.as_view(), name="tier-list"),
     path("health", views.HealthView.as_view(), name="health"),
+    path("ping", views.PingView.as_view(), name="ping"),
 ]

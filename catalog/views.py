@@ -125,3 +125,12 @@ class HealthView(APIView):
             status.HTTP_200_OK if report["status"] == "ok" else status.HTTP_503_SERVICE_UNAVAILABLE
         )
         return Response(report, status=code)
+
+
+class PingView(APIView):
+    """A bare DRF endpoint (no database, no auth): liveness, and the baseline the quote
+    benchmark compares against."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request):
+        return Response({"ok": True})

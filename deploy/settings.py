@@ -196,6 +196,11 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Periodic work is declared here; beat's DatabaseScheduler copies it into the
+# django-celery-beat tables at start, where ops can see (and pause) it in the admin.
+CELERY_BEAT_SCHEDULE = {
+    "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
+}
 
 LOGGING = {
     "version": 1,

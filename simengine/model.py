@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
 from dataclasses import asdict, dataclass
@@ -35,6 +36,10 @@ class ModelSpec:
     context_window: int
     experts: int = 0
     experts_per_token: int = 0
+
+    # Derived figures are cached_property: computed once per spec (the hot path asks
+    # for them per token step); they live outside the dataclass fields, so equality and
+    # hashing still follow the fields only.
 
     def __post_init__(self) -> None:
         for field in (
@@ -72,12 +77,12 @@ class ModelSpec:
                     f"{k} of {experts} experts active (shared parameters would be negative)"
                 )
 
-    @property
+    @functools.cached_property
     def is_moe(self) -> bool:
         """True for a mixture of experts (decode activates fewer parameters than it stores)."""
         return self.active_params_decode < self.total_params * (1 - 1e-9)
 
-    @property
+    @functools.cached_property
     def expert_layout(self) -> tuple[int, int]:
         """(routed experts E, experts per token k).
 
@@ -91,7 +96,7 @@ class ModelSpec:
         ratio = self.active_params_decode / self.total_params
         return experts, max(1, min(DEFAULT_EXPERTS_PER_TOKEN, math.floor(experts * ratio)))
 
-    @property
+    @functools.cached_property
     def expert_params(self) -> float:
         """Parameters in routed experts X, from total = S + X and active = S + X k/E."""
         if not self.is_moe:
@@ -99,12 +104,12 @@ class ModelSpec:
         experts, k = self.expert_layout
         return (self.total_params - self.active_params_decode) / (1.0 - k / experts)
 
-    @property
+    @functools.cached_property
     def shared_params(self) -> float:
         """Parameters every token uses (attention, dense layers, embeddings, shared experts)."""
         return self.total_params - self.expert_params
 
-    @property
+    @functools.cached_property
     def weight_bytes(self) -> float:
         """Bytes of all weights (memory capacity follows total parameters)."""
         return self.total_params * self.bytes_per_param

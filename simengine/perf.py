@@ -14,6 +14,7 @@ tool time. Context grows turn by turn; with prompt caching only new tokens prefi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from .hardware import HardwareProfile
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
-from .queueing import TIER_PRIORITY, wait_estimate
+from .queueing import TIER_PRIORITY, mmc_p90_wait, wait_estimate
 
 TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
@@ -125,7 +126,9 @@ class TurnBreakdown:
     decode: float
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each of its ~20 fields through
+# object.__setattr__, which dominated the router's hot path.
+@dataclass(slots=True)
 class Prediction:
     """Predicted timing of a task on a deployment (seconds, tokens/s).
 
@@ -176,15 +179,23 @@ class _Served:
     software: str
     params: EngineParams
     batch: float | None  # GPU decode batch (co-scheduled streams per replica)
+    token_line: _StepLine | None = None  # set by _serve
+    transport_costs: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set by _serve
 
     def p(self, name: str) -> float:
         return self.params.hardware(self.hw.key, self.hw.kind, self.software, name)
 
     def transport(self, name: str) -> float:
+        return self.transport_costs[_TRANSPORT_NAMES.index(name)]
+
+    def _transport_from_params(self, name: str) -> float:
         t = self.deployment.transport
         return self.params.get(f"transport:legacy:{name}") * self.params.get(
             f"transport:{t}:{name}_factor"
         )
+
+
+_TRANSPORT_NAMES = ("round_trip", "ttft_overhead", "per_token")
 
 
 def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
@@ -219,17 +230,62 @@ def decode_step_seconds(
     + per-layer all-reduces + pipeline hops. With eta = 1 and TP = 1 this is the
     bandwidth ceiling.
     """
-    tokens_in_kv = context_tokens + (batch - 1) * other_context_tokens
-    mem_bytes = (model.decode_weight_bytes(batch) + model.kv_bytes(tokens_in_kv)) / tensor_parallel
-    flops = (
-        2 * model.active_params_decode * batch + 4 * model.layers * model.hidden_size * tokens_in_kv
-    ) / tensor_parallel
-    t_mem = mem_bytes / (hw.memory_bandwidth * eta_mem)
-    t_flop = flops / (hw.peak_flops(model.bytes_per_param) * eta_flop)
+    line = _decode_step_line(
+        model,
+        hw,
+        batch=batch,
+        other_context_tokens=other_context_tokens,
+        tensor_parallel=tensor_parallel,
+        pipeline_stages=pipeline_stages,
+        eta_mem=eta_mem,
+        eta_flop=eta_flop,
+        allreduce_base=allreduce_base,
+        activation_bytes=activation_bytes,
+    )
+    return line.at(context_tokens)
+
+
+@dataclass(frozen=True)
+class _StepLine:
+    # A decode step as a function of the stream's context c: both roofline terms are
+    # affine in c, so step(c) = max(mem0 + mem1 c, flop0 + flop1 c) + fixed.
+    mem0: float
+    mem1: float
+    flop0: float
+    flop1: float
+    fixed: float
+
+    def at(self, context: float) -> float:
+        return max(self.mem0 + self.mem1 * context, self.flop0 + self.flop1 * context) + self.fixed
+
+
+def _decode_step_line(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    *,
+    batch: float,
+    other_context_tokens: float,
+    tensor_parallel: int,
+    pipeline_stages: int,
+    eta_mem: float,
+    eta_flop: float,
+    allreduce_base: float,
+    activation_bytes: float,
+) -> _StepLine:
+    others_in_kv = (batch - 1) * other_context_tokens
+    mem_rate = tensor_parallel * hw.memory_bandwidth * eta_mem
+    flop_rate = tensor_parallel * hw.peak_flops(model.bytes_per_param) * eta_flop
+    attn = 4 * model.layers * model.hidden_size
     act = batch * model.hidden_size * activation_bytes
     t_comm = 2 * model.layers * _allreduce(hw, act, tensor_parallel, allreduce_base)
     t_comm += (pipeline_stages - 1) * (hw.scaleout_latency + act / hw.scaleout_bandwidth)
-    return max(t_mem, t_flop) + t_comm
+    return _StepLine(
+        mem0=(model.decode_weight_bytes(batch) + model.kv_bytes(others_in_kv)) / mem_rate,
+        mem1=model.kv_bytes_per_token / mem_rate,
+        flop0=(2 * model.active_params_decode * batch + attn * others_in_kv) / flop_rate,
+        flop1=attn / flop_rate,
+        fixed=t_comm,
+    )
 
 
 def _wafer_pass(s: _Served) -> float:
@@ -242,17 +298,22 @@ def _wafer_pass(s: _Served) -> float:
 
 def _server_token_seconds(s: _Served, context: float) -> float:
     """Server-side time per generated token for a stream at ``context`` tokens."""
+    return s.token_line.at(context)
+
+
+def _token_line(s: _Served) -> _StepLine:
+    # The per-token time of a served deployment as a line in the context length,
+    # computed once per deployment (the hot path evaluates it per turn).
     if s.hw.kind == "wafer":
         # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
-        floor = (s.model.decode_weight_bytes(1) + s.model.kv_bytes(context)) / (
-            s.hw.memory_bandwidth
-        )
-        return _wafer_pass(s) + s.p("t_fixed") + floor
-    return decode_step_seconds(
+        bw = s.hw.memory_bandwidth
+        fixed = _wafer_pass(s) + s.p("t_fixed")
+        mem0 = s.model.decode_weight_bytes(1) / bw
+        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, fixed)
+    return _decode_step_line(
         s.model,
         s.hw,
         batch=float(s.batch or 1),
-        context_tokens=context,
         other_context_tokens=s.params.get("batch_context_tokens"),
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=s.place.pipeline_stages,
@@ -315,7 +376,11 @@ def _serve(model: ModelSpec, deployment: Deployment, params: EngineParams) -> _S
     served = _Served(model, hw, place, deployment, software, params, batch)
     # Validate the software version now, with a clear message.
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
-    return served
+    return dataclasses.replace(
+        served,
+        token_line=_token_line(served),
+        transport_costs=tuple(served._transport_from_params(n) for n in _TRANSPORT_NAMES),
+    )
 
 
 def token_speed(
@@ -355,12 +420,24 @@ class _ServiceProfile:
     raw: tuple[tuple[int, int, int, float, float], ...]
     producing: float
     round_trip: float
+    generation: float  # sum of TTFT + decode over turns
+    mean_service: float  # mean turn time, the queue's service time
+    capacity: int  # concurrent streams of the pool
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_serve(model: ModelSpec, deployment: Deployment) -> _Served:
+    return _serve(model, deployment, DEFAULT_PARAMS)
 
 
 def _service_profile(
     model: ModelSpec, deployment: Deployment, task: TaskProfile, params: EngineParams
 ) -> _ServiceProfile:
-    s = _serve(model, deployment, params)
+    s = (
+        _default_serve(model, deployment)
+        if params is DEFAULT_PARAMS
+        else _serve(model, deployment, params)
+    )
 
     outputs = _split(task.output_tokens, task.turns)
     tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
@@ -385,12 +462,24 @@ def _service_profile(
         raw.append((new, cached, outputs[k], ttft, decode))
         context += outputs[k]
 
-    return _ServiceProfile(s, tuple(raw), producing, round_trip)
+    capacity = (s.place.replicas or 1) * (
+        int(s.batch) if s.batch is not None else s.place.streams_per_replica
+    )
+    generation = sum(t + d for _, _, _, t, d in raw)
+    return _ServiceProfile(
+        s,
+        tuple(raw),
+        producing,
+        round_trip,
+        generation,
+        generation / task.turns,
+        capacity,
+    )
 
 
 # The router asks for the same (model, deployment, task) many times with different
 # loads; with the default parameters the load-free part is cached.
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=65536)
 def _default_service_profile(
     model: ModelSpec, deployment: Deployment, task: TaskProfile
 ) -> _ServiceProfile:
@@ -405,8 +494,11 @@ def predict(
     params: EngineParams = DEFAULT_PARAMS,
     *,
     tier_mix: Mapping[str, float] | None = None,
+    breakdown: bool = True,
 ) -> Prediction:
     """Predict time and speed of ``task`` for ``model`` served by ``deployment``.
+
+    ``breakdown=False`` leaves ``turns`` empty: the router's hot path needs only totals.
 
     ``load`` is the utilisation rho in [0, 1) of the tier's share of the pool; the
     per-turn P90 wait comes from :func:`wait_estimate` (M/M/c with c = the pool's stream
@@ -442,25 +534,23 @@ def predict(
     # Queue: per-turn wait at the given load, from the closed form.
     wait_p90 = 0.0
     saturated = False
-    capacity = (s.place.replicas or 1) * (
-        int(s.batch) if s.batch is not None else s.place.streams_per_replica
-    )
+    capacity = prof.capacity
     if load is not None and load > 0:
-        mean_service = sum(t + d for _, _, _, t, d in raw) / task.turns
-        mu = 1.0 / mean_service
+        mu = 1.0 / prof.mean_service
         total_rate = load * capacity * mu
         if tier_mix:
             est = _priority_wait(deployment.tier, tier_mix, capacity, total_rate, mu)
         else:
-            est = wait_estimate(capacity, total_rate, mu)
-            est = (est.p90_wait, est.saturated)
+            est = mmc_p90_wait(capacity, total_rate, mu)
         wait_p90, saturated = est
 
-    turns = tuple(
-        TurnBreakdown(k + 1, new, cached, out, wait_p90, round_trip, ttft, decode)
-        for k, (new, cached, out, ttft, decode) in enumerate(raw)
-    )
-    generation = sum(t.ttft + t.decode for t in turns)
+    turns: tuple[TurnBreakdown, ...] = ()
+    if breakdown:
+        turns = tuple(
+            TurnBreakdown(k + 1, new, cached, out, wait_p90, round_trip, ttft, decode)
+            for k, (new, cached, out, ttft, decode) in enumerate(raw)
+        )
+    generation = prof.generation
     transport = round_trip * task.turns
     queue = wait_p90 * task.turns
     return Prediction(
@@ -470,7 +560,7 @@ def predict(
         transport=deployment.transport,
         software=s.software,
         tokens_per_second=task.output_tokens / producing,
-        ttft_seconds=round_trip + turns[0].ttft,
+        ttft_seconds=round_trip + raw[0][3],
         generation_seconds=generation,
         tool_seconds=float(task.tool_seconds),
         transport_seconds=transport,

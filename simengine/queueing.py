@@ -91,6 +91,23 @@ def _tail_quantile(prob_wait: float, conditional_mean: float, q: float) -> float
     return conditional_mean * math.log(prob_wait / (1.0 - q))
 
 
+def mmc_p90_wait(servers: int, arrival_rate: float, service_rate: float) -> tuple[float, bool]:
+    """P90 wait of an M/M/c queue and whether it is saturated: the router's hot path.
+
+    The same value as ``wait_estimate(servers, arrival_rate, service_rate).p90_wait``
+    without its argument checks (the caller has them). When the pool is far below
+    capacity (c - a >= 6 sqrt(a): P(wait) < 1e-6, under the 10 % a P90 needs) the
+    answer is 0 without computing Erlang C.
+    """
+    offered = arrival_rate / service_rate
+    if offered >= servers:
+        return math.inf, True
+    if offered <= 0 or servers - offered >= 6.0 * math.sqrt(offered):
+        return 0.0, False
+    prob_wait = erlang_c(servers, offered)
+    return _tail_quantile(prob_wait, 1.0 / (servers * service_rate - arrival_rate), 0.9), False
+
+
 def wait_estimate(
     servers: int,
     arrival_rate: float | Sequence[float],

@@ -14,3 +14,16 @@ def builtin_catalog(db):
 def on_postgres():
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (set DATABASE_URL)")
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_caches():
+    """Each test starts with empty per-process caches (rows roll back between tests,
+    ids do not)."""
+    from routing.quota import clear_scopes
+    from routing.selectors import clear_pool_loads, clear_snapshot
+
+    clear_snapshot()
+    clear_pool_loads()
+    clear_scopes()
+    yield

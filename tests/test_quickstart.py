@@ -49,7 +49,8 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
     env = quickstart_env
     manage(env, "migrate", "--noinput")
     assert "Catalog loaded" in manage(env, "loadcatalog")
-    assert "Demo admin created" in manage(env, "demo_setup")
+    setup = manage(env, "demo_setup")
+    assert "Demo admin created" in setup and "demo api key: mlr_" in setup
     proc = subprocess.Popen(
         ["bash", "deploy/run.sh"],
         cwd=ROOT,

@@ -162,3 +162,17 @@ def test_higher_priority_waits_less_on_a_shared_pool():
 def test_simulate_queue_rejects_invalid_input(args, kwargs):
     with pytest.raises(SimEngineError):
         simulate_queue(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("servers", "rho"),
+    [(1, 0.5), (4, 0.875), (64, 0.8), (64, 0.99), (24064, 0.5), (24064, 0.995), (24064, 0.9999)],
+)
+def test_the_fast_p90_agrees_with_the_full_estimate(servers, rho):
+    from simengine.queueing import mmc_p90_wait
+
+    mu = 0.25
+    full = wait_estimate(servers, rho * servers * mu, mu)
+    fast, saturated = mmc_p90_wait(servers, rho * servers * mu, mu)
+    assert saturated is False
+    assert fast == pytest.approx(full.p90_wait, rel=1e-9, abs=1e-9)

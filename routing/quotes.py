@@ -1,0 +1,56 @@
+"""Quotes: the router's answer for an account, with lifecycle and quota applied.
+
+Used by POST /api/v1/quotes and, with a reservation added, by the jobs API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from catalog import lifecycle
+from routing.models import Account
+from routing.quota import account_packages
+from routing.router import RouteDecision, RouteRequest, route
+from routing.selectors import (
+    ModelNotServing,
+    Resolved,
+    auto_candidates,
+    model_option,
+    pool_loads,
+    resolve_for_routing,
+)
+
+AUTO = "auto"
+
+
+class AutoNeedsTask(ValueError):
+    pass
+
+
+@dataclass
+class Quote:
+    request: RouteRequest
+    requested_model: str
+    resolved: Resolved | None  # None for model "auto"
+    decision: RouteDecision
+    at: dt.datetime
+
+
+def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.datetime) -> Quote:
+    packages = account_packages(account)
+    loads = pool_loads()
+    if model == AUTO:
+        if not request.task:
+            raise AutoNeedsTask("model 'auto' needs a `task` class (e.g. swe-bench-pro).")
+        options = [model_option(m) for m in auto_candidates(request.task, at)]
+        decision = route(
+            request, models=options, packages=packages, loads=loads, now=at, quality=True
+        )
+        return Quote(request, model, None, decision, at)
+    resolved = resolve_for_routing(model, auto_migrate=account.auto_migrate, at=at)
+    option = model_option(resolved.model)
+    if not option.tiers:
+        raise ModelNotServing(resolved.model, lifecycle.model_status(resolved.model, at))
+    decision = route(request, models=[option], packages=packages, loads=loads, now=at)
+    return Quote(request, model, resolved, decision, at)

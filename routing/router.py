@@ -1,0 +1,294 @@
+"""The deadline router: for every tier deployed for a model, predict completion time
+(engine performance model + a P90 wait from the pool's load) and cost; keep the tiers
+that meet the deadline, fit the context window, stay under `max_cost` and are paid for
+by a quota package; choose the cheapest, ties to the faster.
+
+`route` is a pure function of its inputs (a catalog snapshot, the account's packages,
+pool loads, the time): views, the batch planner and the admin call it alike, and the
+benchmark calls it in a loop. Loading those inputs from the database is
+`routing.selectors`' job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import simengine
+from routing.quota import PackageView, choose_package, earliest_reset, payment_order
+
+MILLION = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class TierOption:
+    """One deployment of a model: a tier on a pool, with its price."""
+
+    tier: str
+    tier_id: int
+    rank: int
+    pool: str
+    pool_id: int
+    deployment: simengine.Deployment
+    price_input: Decimal  # per million tokens
+    price_output: Decimal
+    available_from: dt.date | None = None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    score: float  # percent
+    duration_minutes: float | None
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    id: int
+    slug: str
+    family_id: int
+    spec: simengine.ModelSpec
+    context_window: int
+    tiers: tuple[TierOption, ...]
+    benchmarks: tuple[Benchmark, ...] = ()
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    input_tokens: int
+    output_tokens: int
+    deadline_seconds: float
+    turns: int = 1
+    tool_seconds: float = 0.0
+    max_cost: Decimal | None = None
+    tier: str | None = None
+    task: str | None = None
+
+    @property
+    def task_profile(self) -> simengine.TaskProfile:
+        return simengine.TaskProfile(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            turns=self.turns,
+            tool_seconds=float(self.tool_seconds),
+        )
+
+
+@dataclass
+class Candidate:
+    model: str
+    tier: str
+    pool: str
+    device: str
+    load: float
+    prediction: dict | None
+    total_seconds: float  # math.inf when it cannot run
+    cost: Decimal
+    package: PackageView | None = None
+    success_rate: float | None = None  # quality-aware choice only
+    expected_seconds: float | None = None
+    expected_cost: Decimal | None = None
+    meets_deadline: bool = False
+    eligible: bool = False
+    chosen: bool = False
+    reason: str = ""
+
+
+@dataclass
+class RouteDecision:
+    """The router's answer. `outcome` says why nothing was chosen, if nothing was."""
+
+    outcome: str  # ok | deadline | max_cost | quota | context | no_tier
+    chosen: Candidate | None
+    candidates: list[Candidate]
+    fastest: Candidate | None = None
+    next_reset_at: dt.datetime | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def task_cost(option: TierOption, req: RouteRequest) -> Decimal:
+    """List price of the task on this tier (1 credit = 1 USD)."""
+    return (
+        req.input_tokens * option.price_input + req.output_tokens * option.price_output
+    ) / MILLION
+
+
+def task_fits(model: ModelOption, req: RouteRequest) -> bool:
+    return req.input_tokens + req.output_tokens <= model.context_window
+
+
+def success_rate(model: ModelOption, task: str, deadline_seconds: float) -> float | None:
+    """The best published success rate on `task` reachable within the deadline.
+
+    A benchmark measured at a duration (SWE-Bench Pro at 1, 2, 3, 9, 16 minutes) only
+    counts when that much time fits the deadline; one without a duration always counts.
+    """
+    wanted = normalise_task(task)
+    best = None
+    for b in model.benchmarks:
+        if normalise_task(b.name) != wanted:
+            continue
+        if b.duration_minutes is not None and b.duration_minutes * 60 > deadline_seconds:
+            continue
+        best = b.score if best is None else max(best, b.score)
+    return None if best is None else best / 100.0
+
+
+def normalise_task(name: str) -> str:
+    """Benchmark names compare without case, spaces or punctuation (`swe-bench-pro`)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def route(
+    req: RouteRequest,
+    *,
+    models: Sequence[ModelOption],
+    packages: Sequence[PackageView],
+    loads: Mapping[int, float],
+    now: dt.datetime,
+    quality: bool = False,
+) -> RouteDecision:
+    """Evaluate every tier of every model given and choose.
+
+    One model: the cheapest tier that meets the deadline. `quality=True` (model
+    "auto"): the cheapest expected cost to a correct result (cost / success rate)
+    among the options whose expected time to a correct result (time / success rate)
+    meets the deadline; speed alone never wins, it only breaks ties.
+    """
+    task = req.task_profile
+    today = now.date()
+    ordered_packages = payment_order(packages)
+    candidates: list[Candidate] = []
+    fits_somewhere = False
+    for model in models:
+        fits = task_fits(model, req)
+        fits_somewhere |= fits
+        for option in model.tiers:
+            load = loads.get(option.pool_id, 0.0)
+            cost = task_cost(option, req)
+            cand = Candidate(
+                model=model.slug,
+                tier=option.tier,
+                pool=option.pool,
+                device=option.deployment.device,
+                load=load,
+                prediction=None,
+                total_seconds=math.inf,
+                cost=cost,
+            )
+            candidates.append(cand)
+            if req.tier and option.tier != req.tier:
+                cand.reason = f"not requested (tier {req.tier} was forced)"
+                continue
+            if option.available_from and option.available_from > today:
+                cand.reason = f"not available before {option.available_from}"
+                continue
+            if not fits:
+                cand.reason = (
+                    f"task of {req.input_tokens + req.output_tokens} tokens exceeds the "
+                    f"context window of {model.context_window}"
+                )
+                continue
+            if load >= 1.0:
+                cand.reason = f"pool {option.pool} is saturated ({load:.0%} busy)"
+                continue
+            try:
+                pred = simengine.predict(
+                    model.spec, option.deployment, task, load=load, breakdown=False
+                )
+            except simengine.SimEngineError as exc:
+                cand.reason = f"cannot run: {exc}"
+                continue
+            cand.prediction = _prediction_summary(pred)
+            cand.total_seconds = pred.total_seconds
+            expected_seconds = pred.total_seconds
+            if quality:
+                p = success_rate(model, req.task or "", req.deadline_seconds)
+                if not p:
+                    cand.reason = f"no published {req.task} result within the deadline"
+                    continue
+                cand.success_rate = p
+                cand.expected_seconds = expected_seconds = pred.total_seconds / p
+                cand.expected_cost = (cost / Decimal(str(p))).quantize(Decimal("0.000001"))
+            if expected_seconds > req.deadline_seconds:
+                what = "expected time to a correct result" if quality else "predicted"
+                cand.reason = (
+                    f"misses the deadline: {what} {expected_seconds:.1f} s > "
+                    f"{req.deadline_seconds:g} s"
+                )
+                continue
+            cand.meets_deadline = True
+            if req.max_cost is not None and cost > req.max_cost:
+                cand.reason = f"over max_cost: {cost:.6f} > {req.max_cost}"
+                continue
+            choice = choose_package(
+                ordered_packages,
+                model_id=model.id,
+                family_id=model.family_id,
+                tier_id=option.tier_id,
+                cost=cost,
+                at=now,
+                presorted=True,
+            )
+            if choice.package is None:
+                cand.reason = choice.reason
+                continue
+            cand.package = choice.package
+            cand.eligible = True
+    return _decide(candidates, packages, fits_somewhere, quality)
+
+
+def _prediction_summary(pred: simengine.Prediction) -> dict:
+    return {
+        "queue_seconds": pred.queue_seconds,
+        "ttft_seconds": pred.ttft_seconds,
+        "generation_seconds": pred.generation_seconds,
+        "transport_seconds": pred.transport_seconds,
+        "tool_seconds": pred.tool_seconds,
+        "total_seconds": pred.total_seconds,
+        "tokens_per_second": pred.tokens_per_second,
+        "wafers": pred.wafers,
+        "saturated": pred.queue_saturated,
+    }
+
+
+def _decide(
+    candidates: list[Candidate],
+    packages: Sequence[PackageView],
+    fits_somewhere: bool,
+    quality: bool,
+) -> RouteDecision:
+    eligible = [c for c in candidates if c.eligible]
+    runnable = [c for c in candidates if c.prediction is not None]
+    fastest = min(runnable, key=lambda c: c.total_seconds, default=None)
+    if eligible:
+
+        def key(c: Candidate):
+            return (c.expected_cost if quality else c.cost, c.total_seconds)
+
+        chosen = min(eligible, key=key)
+        chosen.chosen = True
+        what = "expected cost to a correct result" if quality else "cost"
+        chosen.reason = f"chosen: lowest {what} that meets the deadline"
+        for c in eligible:
+            if c is not chosen:
+                c.reason = (
+                    f"meets the deadline but costs more ({key(c)[0]:.6f} > {key(chosen)[0]:.6f})"
+                    if key(c)[0] > key(chosen)[0]
+                    else "meets the deadline at the same cost but slower"
+                )
+        return RouteDecision("ok", chosen, candidates, fastest)
+    if not candidates:
+        return RouteDecision("no_tier", None, candidates)
+    if not fits_somewhere:
+        return RouteDecision("context", None, candidates)
+    on_time = [c for c in candidates if c.meets_deadline]
+    if not on_time:
+        return RouteDecision("deadline", None, candidates, fastest)
+    if all(c.package is None and c.reason.startswith("over max_cost") for c in on_time):
+        cheapest = min(on_time, key=lambda c: c.cost)
+        return RouteDecision("max_cost", None, candidates, cheapest)
+    return RouteDecision("quota", None, candidates, fastest, next_reset_at=earliest_reset(packages))

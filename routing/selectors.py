@@ -1,0 +1,185 @@
+"""Reads for the router: catalog snapshots, pool loads, lifecycle resolution."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db.models.signals import post_delete, post_save
+
+from catalog import lifecycle
+from catalog.engine import engine_deployment, model_spec
+from catalog.models import Benchmark, Deployment, ModelVersion, Price, Tier
+from routing.models import PoolLoad
+from routing.router import Benchmark as RouterBenchmark
+from routing.router import ModelOption, TierOption, normalise_task
+
+# The catalog changes only when an admin edits it, and the quote path reads it on every
+# request: keep it for a few seconds per process, and drop it at once on a local save.
+# Lifecycle *status* is never cached: it is computed from the cached dates at request
+# time, so a retirement takes effect on its day; an admin's edit of the dates reaches
+# other processes within SNAPSHOT_TTL_SECONDS. Jobs re-check the lifecycle in their
+# own transaction.
+SNAPSHOT_TTL_SECONDS = 5.0
+POOL_LOAD_TTL_SECONDS = 1.0
+_snapshot_lock = threading.Lock()
+_snapshot: dict[int, tuple[float, ModelOption]] = {}
+_catalog_rows: list = [0.0, None]  # [loaded_at, list[ModelVersion]]
+_pool_loads: list = [0.0, None]
+
+
+def clear_snapshot(**_kwargs) -> None:
+    with _snapshot_lock:
+        _snapshot.clear()
+        _catalog_rows[:] = [0.0, None]
+
+
+for _model in (ModelVersion, Deployment, Price, Benchmark, Tier):
+    post_save.connect(
+        clear_snapshot, sender=_model, dispatch_uid=f"snapshot-save-{_model.__name__}"
+    )
+    post_delete.connect(
+        clear_snapshot, sender=_model, dispatch_uid=f"snapshot-delete-{_model.__name__}"
+    )
+
+
+def catalog_rows() -> list[ModelVersion]:
+    """Every model version with family, successor and recommended tier (cached)."""
+    loaded_at, rows = _catalog_rows
+    now = time.monotonic()
+    if rows is None or now - loaded_at >= SNAPSHOT_TTL_SECONDS:
+        rows = list(ModelVersion.objects.select_related("family", "successor", "successor_tier"))
+        _catalog_rows[:] = [now, rows]
+    return rows
+
+
+def model_option(model: ModelVersion) -> ModelOption:
+    now = time.monotonic()
+    cached = _snapshot.get(model.pk)
+    if cached and now - cached[0] < SNAPSHOT_TTL_SECONDS:
+        return cached[1]
+    option = _build_option(model)
+    with _snapshot_lock:
+        _snapshot[model.pk] = (now, option)
+    return option
+
+
+def _build_option(model: ModelVersion) -> ModelOption:
+    prices = {p.tier_id: p for p in Price.objects.filter(model=model)}
+    tiers = []
+    for d in Deployment.objects.filter(model=model).select_related("tier", "pool"):
+        price = prices.get(d.tier_id)
+        if price is None:
+            continue  # an unpriced deployment cannot be sold
+        tiers.append(
+            TierOption(
+                tier=d.tier.slug,
+                tier_id=d.tier_id,
+                rank=d.tier.rank,
+                pool=d.pool.slug,
+                pool_id=d.pool_id,
+                deployment=engine_deployment(d.pool, d.tier.slug),
+                price_input=price.input_per_million,
+                price_output=price.output_per_million,
+                available_from=d.available_from,
+            )
+        )
+    tiers.sort(key=lambda t: t.rank)
+    benchmarks = tuple(
+        RouterBenchmark(b.name, b.score, b.duration_minutes)
+        for b in Benchmark.objects.filter(model=model)
+    )
+    return ModelOption(
+        id=model.pk,
+        slug=model.slug,
+        family_id=model.family_id,
+        spec=model_spec(model),
+        context_window=model.context_window,
+        tiers=tuple(tiers),
+        benchmarks=benchmarks,
+    )
+
+
+def pool_loads() -> dict[int, float]:
+    """Utilisation per pool: traffic outside this service (PoolLoad) plus our own
+    work occupying the pool's slots. Cached for a second: loads move slowly."""
+    loaded_at, loads = _pool_loads
+    now = time.monotonic()
+    if loads is not None and now - loaded_at < POOL_LOAD_TTL_SECONDS:
+        return loads
+    loads = dict(PoolLoad.objects.values_list("pool_id", "background_utilisation"))
+    for pool_id, busy in own_pool_occupancy().items():
+        loads[pool_id] = min(1.0, loads.get(pool_id, 0.0) + busy)
+    _pool_loads[:] = [now, loads]
+    return loads
+
+
+def clear_pool_loads(**_kwargs) -> None:
+    _pool_loads[:] = [0.0, None]
+
+
+post_save.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-save")
+post_delete.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-delete")
+
+
+def own_pool_occupancy() -> dict[int, float]:
+    """Share of each pool's slots held by this service's queued and running jobs
+    (jobs arrive with the jobs API; until then nothing is held)."""
+    return {}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    requested: str
+    requested_model: ModelVersion
+    model: ModelVersion
+    status: str
+    migrated: bool
+    recommended_tier: Tier | None
+
+
+class ModelUnknown(LookupError):
+    pass
+
+
+class ModelRetired(Exception):
+    def __init__(self, model: ModelVersion, successor: ModelVersion | None, tier: Tier | None):
+        self.model, self.successor, self.tier = model, successor, tier
+        super().__init__(model.slug)
+
+
+class ModelNotServing(Exception):
+    def __init__(self, model: ModelVersion, status: str):
+        self.model, self.status = model, status
+        super().__init__(model.slug)
+
+
+def resolve_for_routing(ref: str, *, auto_migrate: bool, at: dt.datetime) -> Resolved:
+    """The model a request will run on: the one named, or for a retired model its
+    successor when the account opted in to automatic migration (never silently)."""
+    model = lifecycle.pick_model_reference(ref, catalog_rows(), at)
+    if model is None:
+        raise ModelUnknown(ref)
+    status = lifecycle.model_status(model, at)
+    if status == lifecycle.RETIRED:
+        res = lifecycle.resolve_successor(model, at)
+        successor = res.model if res.model.pk != model.pk else None
+        if successor is None or not auto_migrate or not lifecycle.is_serving(successor, at):
+            raise ModelRetired(model, successor, res.tier)
+        return Resolved(ref, model, successor, status, True, res.tier)
+    if status == lifecycle.UPCOMING:
+        raise ModelNotServing(model, status)
+    return Resolved(ref, model, model, status, False, None)
+
+
+def auto_candidates(task: str, at: dt.datetime) -> list[ModelVersion]:
+    """Serving models with a published result for the task class (model "auto")."""
+    wanted = normalise_task(task)
+    serving = ModelVersion.objects.filter(
+        lifecycle.status_q(lifecycle.ACTIVE, at)
+        | lifecycle.status_q(lifecycle.PREVIEW, at)
+        | lifecycle.status_q(lifecycle.DEPRECATED, at)
+    ).prefetch_related("benchmarks")
+    return [m for m in serving if any(normalise_task(b.name) == wanted for b in m.benchmarks.all())]

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from routing.models import QuotaPackage
+
+# OpenAI's service_tier words are accepted as they are; `auto` lets the router choose.
+TIER_ALIASES = {"default": "standard", "fast": "priority", "auto": None}
+TIERS = ("flex", "standard", "priority", "ultrafast")
+
+
+class RouteRequestSerializer(serializers.Serializer):
+    """The router's input; the jobs and batch APIs reuse these fields."""
+
+    model = serializers.CharField(max_length=80, help_text="Slug, family alias (`sol`) or `auto`.")
+    input_tokens = serializers.IntegerField(min_value=1, max_value=50_000_000)
+    output_tokens = serializers.IntegerField(min_value=1, max_value=50_000_000)
+    turns = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
+    tool_seconds = serializers.FloatField(min_value=0, max_value=7 * 86400, default=0.0)
+    deadline_seconds = serializers.FloatField(
+        min_value=0.001, max_value=30 * 86400, help_text="Seconds from now; must be > 0."
+    )
+    max_cost = serializers.DecimalField(
+        max_digits=18, decimal_places=6, min_value=Decimal(0), required=False, allow_null=True
+    )
+    tier = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="Force a tier: flex, standard (default), priority (fast), ultrafast; auto.",
+    )
+    task = serializers.CharField(
+        max_length=80, required=False, allow_null=True, help_text="Task class for model `auto`."
+    )
+
+    def validate_tier(self, value):
+        if value is None:
+            return None
+        value = value.strip().lower()
+        if value in TIER_ALIASES:
+            return TIER_ALIASES[value]
+        if value not in TIERS:
+            raise serializers.ValidationError(
+                f"Unknown tier {value!r}; use one of {', '.join(TIERS)} (or default, fast, auto)."
+            )
+        return value
+
+    def validate(self, attrs):
+        if attrs["output_tokens"] < attrs["turns"]:
+            raise serializers.ValidationError(
+                {
+                    "output_tokens": f"must be at least `turns` ({attrs['turns']}): each turn answers."
+                }
+            )
+        return attrs
+
+
+class PredictionSerializer(serializers.Serializer):
+    queue_seconds = serializers.FloatField()
+    ttft_seconds = serializers.FloatField()
+    generation_seconds = serializers.FloatField()
+    transport_seconds = serializers.FloatField()
+    tool_seconds = serializers.FloatField()
+    total_seconds = serializers.FloatField()
+    tokens_per_second = serializers.FloatField()
+    wafers = serializers.IntegerField(allow_null=True)
+    saturated = serializers.BooleanField()
+
+
+class PackageRefSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    independent = serializers.BooleanField()
+
+
+class CandidateSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    tier = serializers.CharField()
+    pool = serializers.CharField()
+    device = serializers.CharField()
+    pool_utilisation = serializers.FloatField(source="load")
+    predicted = PredictionSerializer(source="prediction", allow_null=True)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6)
+    package = PackageRefSerializer(allow_null=True)
+    success_rate = serializers.FloatField(allow_null=True)
+    expected_seconds = serializers.FloatField(allow_null=True)
+    expected_cost = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    meets_deadline = serializers.BooleanField()
+    eligible = serializers.BooleanField()
+    chosen = serializers.BooleanField()
+    reason = serializers.CharField()
+
+
+class QuoteSerializer(serializers.Serializer):
+    object = serializers.CharField(default="quote")
+    model = serializers.CharField(help_text="The model asked for.")
+    served_model = serializers.CharField(help_text="The model that would run.")
+    migrated_from = serializers.CharField(allow_null=True)
+    recommended_tier = serializers.CharField(allow_null=True)
+    tier = serializers.CharField(help_text="The chosen tier (also `service_tier`).")
+    service_tier = serializers.CharField()
+    pool = serializers.CharField()
+    deadline_seconds = serializers.FloatField()
+    predicted = PredictionSerializer()
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6)
+    package = PackageRefSerializer()
+    lifecycle = serializers.DictField()
+    candidates = CandidateSerializer(many=True)
+
+
+class QuotaPackageSerializer(serializers.ModelSerializer):
+    family = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    models = serializers.SlugRelatedField(
+        source="model_versions", slug_field="slug", many=True, read_only=True
+    )
+    tiers = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    remaining = serializers.DecimalField(max_digits=18, decimal_places=6, read_only=True)
+
+    class Meta:
+        model = QuotaPackage
+        fields = [
+            "id",
+            "name",
+            "scope",
+            "family",
+            "models",
+            "tiers",
+            "period",
+            "limit",
+            "spent",
+            "reserved",
+            "remaining",
+            "period_start",
+            "next_reset_at",
+            "order",
+            "independent",
+            "valid_from",
+            "valid_until",
+        ]

@@ -1,0 +1,28 @@
+"""Shared test helpers."""
+
+import json
+
+from django.test import Client
+
+
+class ApiClient(Client):
+    """A test client that sends a bearer key and JSON."""
+
+    def __init__(self, key: str | None = None, **kwargs):
+        if key:
+            kwargs["HTTP_AUTHORIZATION"] = f"Bearer {key}"
+        super().__init__(**kwargs)
+
+    def post_json(self, path, data, **extra):
+        body = data if isinstance(data, str) else json.dumps(data, default=str)
+        return self.post(path, body, content_type="application/json", **extra)
+
+
+# A GDP-Val-shaped task: 30 turns, 22k output tokens, 15 s of tools.
+GDPVAL = {
+    "model": "sol",
+    "input_tokens": 8000,
+    "output_tokens": 22000,
+    "turns": 30,
+    "tool_seconds": 15,
+}
