@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http clean
+.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench: install
 ## needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/lifecycle_bench)
 bench-http: install
 	$(PY) bench/bench_quotes_http.py
+
+## starts its own throwaway PostgreSQL and Redis
+bench-jobs: install
+	$(PY) bench/bench_jobs.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

@@ -9,3 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
 app = Celery("deploy")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.task(name="deploy.noop", ignore_result=True)
+def noop() -> None:
+    """Does nothing: the broker's own task throughput, the jobs benchmark's baseline."""

@@ -200,7 +200,23 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # django-celery-beat tables at start, where ops can see (and pause) it in the admin.
 CELERY_BEAT_SCHEDULE = {
     "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
+    "sweep-jobs": {
+        "task": "routing.sweep_jobs",
+        "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
+    },
 }
+# Accepting a job must not hang on a broker that is down: try briefly, then leave the
+# job queued in the database for the sweeper to send again.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.2}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+
+# --- Simulated time -------------------------------------------------------------------
+# Simulated seconds per wall second: 1 is real time; demos and tests compress it.
+SIM_TIME_SCALE = float(os.environ.get("SIM_TIME_SCALE", "1"))
+if not SIM_TIME_SCALE > 0:
+    raise RuntimeError("SIM_TIME_SCALE must be > 0")
+# A job still queued this long after it was sent is sent again (the broker was down).
+JOB_RESEND_AFTER_SECONDS = float(os.environ.get("JOB_RESEND_AFTER_SECONDS", "30"))
 
 LOGGING = {
     "version": 1,

@@ -283,9 +283,8 @@ def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") ->
     amount = credits(amount)
     if amount < 0:
         raise QuotaError("A reservation cannot be negative.")
-    existing = QuotaReservation.objects.filter(reference=reference).first()
-    if existing is not None:
-        return existing
+    # No look-up first: a repeated reference fails on its unique index, the savepoint
+    # undoes the hold, and the existing reservation is returned.
     try:
         with transaction.atomic():
             updated = QuotaPackage.objects.filter(

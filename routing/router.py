@@ -88,6 +88,8 @@ class Candidate:
     total_seconds: float  # math.inf when it cannot run
     cost: Decimal
     package: PackageView | None = None
+    tier_id: int | None = None
+    pool_id: int | None = None
     success_rate: float | None = None  # quality-aware choice only
     expected_seconds: float | None = None
     expected_cost: Decimal | None = None
@@ -178,6 +180,8 @@ def route(
                 prediction=None,
                 total_seconds=math.inf,
                 cost=cost,
+                tier_id=option.tier_id,
+                pool_id=option.pool_id,
             )
             candidates.append(cand)
             if req.tier and option.tier != req.tier:
@@ -251,6 +255,7 @@ def _prediction_summary(pred: simengine.Prediction) -> dict:
         "total_seconds": pred.total_seconds,
         "tokens_per_second": pred.tokens_per_second,
         "wafers": pred.wafers,
+        "stream_capacity": pred.stream_capacity,
         "saturated": pred.queue_saturated,
     }
 

@@ -125,9 +125,12 @@ post_delete.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-d
 
 
 def own_pool_occupancy() -> dict[int, float]:
-    """Share of each pool's slots held by this service's queued and running jobs
-    (jobs arrive with the jobs API; until then nothing is held)."""
-    return {}
+    """Share of each pool's slots held or awaited by this service's jobs."""
+    from django.utils import timezone
+
+    from routing.jobs import own_occupancy
+
+    return own_occupancy(timezone.now())
 
 
 @dataclass(frozen=True)

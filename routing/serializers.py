@@ -56,7 +56,9 @@ class RouteRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class PredictionSerializer(serializers.Serializer):
+class TimingsSerializer(serializers.Serializer):
+    """Timings of a task in simulated seconds."""
+
     queue_seconds = serializers.FloatField()
     ttft_seconds = serializers.FloatField()
     generation_seconds = serializers.FloatField()
@@ -64,7 +66,11 @@ class PredictionSerializer(serializers.Serializer):
     tool_seconds = serializers.FloatField()
     total_seconds = serializers.FloatField()
     tokens_per_second = serializers.FloatField()
+
+
+class PredictionSerializer(TimingsSerializer):
     wafers = serializers.IntegerField(allow_null=True)
+    stream_capacity = serializers.IntegerField(help_text="Concurrent streams of the pool.")
     saturated = serializers.BooleanField()
 
 
@@ -138,3 +144,56 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
             "valid_from",
             "valid_until",
         ]
+
+
+class JobRequestSerializer(RouteRequestSerializer):
+    """The quote's fields plus an optional prompt."""
+
+    prompt = serializers.CharField(required=False, allow_blank=True, max_length=1_000_000)
+
+
+class JobPredictedSerializer(TimingsSerializer):
+    start_at = serializers.DateTimeField()
+    completion_at = serializers.DateTimeField()
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6)
+
+
+class JobOutputSerializer(serializers.Serializer):
+    simulated = serializers.BooleanField()
+    tokens = serializers.IntegerField()
+    text = serializers.CharField()
+
+
+class JobSerializer(serializers.Serializer):
+    """Documents the job object (the views build it with routing.views.job_json)."""
+
+    id = serializers.UUIDField()
+    object = serializers.CharField(default="job")
+    status = serializers.ChoiceField(
+        choices=["queued", "running", "succeeded", "failed", "cancelled"]
+    )
+    model = serializers.CharField(help_text="The model asked for.")
+    served_model = serializers.CharField()
+    requested_tier = serializers.CharField(allow_null=True)
+    tier = serializers.CharField(help_text="The tier served (billing follows it).")
+    service_tier = serializers.CharField()
+    pool = serializers.CharField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    turns = serializers.IntegerField()
+    tool_seconds = serializers.FloatField()
+    deadline_seconds = serializers.FloatField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finishes_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    predicted = JobPredictedSerializer()
+    simulated = TimingsSerializer(allow_null=True)
+    meets_deadline = serializers.BooleanField(allow_null=True)
+    usage = serializers.DictField(allow_null=True)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
+    package = PackageRefSerializer()
+    time_scale = serializers.FloatField(help_text="Simulated seconds per wall second.")
+    error = serializers.CharField(allow_blank=True)
+    output = JobOutputSerializer(required=False, help_text="Detail view of a finished job.")

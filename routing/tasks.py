@@ -1,14 +1,66 @@
-"""Celery tasks: thin callers of the services. Each is idempotent."""
+"""Celery tasks: thin callers of the services. Each takes ids and is idempotent; the
+database row is the truth and results are ignored."""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import DatabaseError, InterfaceError, OperationalError
 
+from routing.jobs import job_finish, job_run, jobs_sweep
 from routing.quota import quota_reset_due
 
+# Expected, passing errors (the database restarting, a connection cut): retry with
+# exponential backoff and jitter. Anything else is a bug and is logged by Celery.
+TRANSIENT = (OperationalError, InterfaceError, DatabaseError)
+RETRY = {
+    "autoretry_for": TRANSIENT,
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 20,
+}
 
-@shared_task(name="routing.reset_quota_periods", ignore_result=True)
+
+def _reset_connections() -> None:
+    # A connection broken by a database restart must not be reused by the retry. (Not
+    # inside a transaction: a task run eagerly in a test must keep its connection.)
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+@shared_task(name="routing.run_job", ignore_result=True, **RETRY)
+def run_job(job_id: str) -> None:
+    _reset_connections()
+    job_run(job_id)
+
+
+@shared_task(name="routing.finish_job", ignore_result=True, **RETRY)
+def finish_job(job_id: str) -> None:
+    _reset_connections()
+    if job_finish(job_id) is None:
+        # Already done, or a countdown that fired a hair early: look again when due.
+        from django.utils import timezone
+
+        from routing.jobs import send_finish
+        from routing.models import Job
+
+        job = Job.objects.filter(pk=job_id, status=Job.Status.RUNNING).first()
+        if job is not None and job.finishes_at and job.finishes_at > timezone.now():
+            send_finish(job.pk, job.finishes_at)
+
+
+@shared_task(name="routing.sweep_jobs", ignore_result=True, **RETRY)
+def sweep_jobs() -> dict:
+    _reset_connections()
+    return jobs_sweep()
+
+
+@shared_task(name="routing.reset_quota_periods", ignore_result=True, **RETRY)
 def reset_quota_periods() -> int:
     """Start the new period of every package whose reset is due (beat, every minute).
     Running it twice resets once."""
+    _reset_connections()
     return quota_reset_due()

@@ -4,25 +4,42 @@ from __future__ import annotations
 
 import math
 
+from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from catalog import lifecycle
+from deploy.pagination import ListCursorPagination
 from deploy.problems import Problem
 from routing.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
-from routing.models import QuotaPackage
+from routing.jobs import (
+    IdempotencyConflict,
+    IdempotencyMismatch,
+    JobNotCancellable,
+    NoTierChosen,
+    job_cancel,
+    job_submit,
+    sim_scale,
+    synthetic_output,
+)
+from routing.models import Job, QuotaPackage
+from routing.quota import QuotaExhausted
 from routing.quotes import AutoNeedsTask, Quote, quote_build
 from routing.router import Candidate, RouteRequest
 from routing.selectors import ModelNotServing, ModelRetired, ModelUnknown
 from routing.serializers import (
+    JobRequestSerializer,
+    JobSerializer,
     QuotaPackageSerializer,
     QuoteSerializer,
     RouteRequestSerializer,
+    TimingsSerializer,
 )
 
 PROBLEM_RESPONSES = {
@@ -36,6 +53,10 @@ PROBLEM_RESPONSES = {
         429: "No quota package can pay; `next_reset` and Retry-After",
     }.items()
 }
+
+
+class JobCursorPagination(ListCursorPagination):
+    ordering = "-created_at"
 
 
 class ClientAPIView(APIView):
@@ -78,18 +99,24 @@ def build_quote(request, account, data: dict) -> Quote:
             request=route_request_from(data),
             at=timezone.now(),
         )
-    except ModelUnknown as exc:
-        raise Problem(
+    except (ModelUnknown, ModelRetired, ModelNotServing, AutoNeedsTask) as exc:
+        raise quote_refusal(exc, request, data["model"]) from exc
+
+
+def quote_refusal(exc: Exception, request, model: str) -> Problem:
+    """The problem for a model the router cannot quote (unknown, retired, not serving)."""
+    if isinstance(exc, ModelUnknown):
+        return Problem(
             status_code=404,
             slug="model-not-found",
             title="Unknown model",
-            detail=f"No model {data['model']!r}: see GET /api/v1/models/ (or use 'auto').",
-        ) from exc
-    except AutoNeedsTask as exc:
-        raise Problem(
+            detail=f"No model {model!r}: see GET /api/v1/models/ (or use 'auto').",
+        )
+    if isinstance(exc, AutoNeedsTask):
+        return Problem(
             status_code=400, slug="invalid-request", title="Invalid request", detail=str(exc)
-        ) from exc
-    except ModelRetired as exc:
+        )
+    if isinstance(exc, ModelRetired):
         successor = exc.successor.slug if exc.successor else None
         detail = f"{exc.model.slug} was retired on {exc.model.retires_on}."
         headers = {}
@@ -97,7 +124,7 @@ def build_quote(request, account, data: dict) -> Quote:
             detail += f" Use {successor}" + (f" on {exc.tier.slug}." if exc.tier else ".")
             detail += " Accounts that opt in to automatic migration are moved there."
             headers["Link"] = f'<{model_url(request, successor)}>; rel="successor-version"'
-        raise Problem(
+        return Problem(
             status_code=410,
             slug="model-retired",
             title="Model retired",
@@ -107,14 +134,29 @@ def build_quote(request, account, data: dict) -> Quote:
             retired_on=str(exc.model.retires_on),
             successor=successor,
             successor_tier=exc.tier.slug if exc.tier else None,
-        ) from exc
-    except ModelNotServing as exc:
-        raise Problem(
-            status_code=422,
-            slug="model-not-serving",
-            title="Model not serving",
-            detail=f"{exc.model.slug} is {exc.status} and has no tier serving yet.",
-        ) from exc
+        )
+    return Problem(
+        status_code=422,
+        slug="model-not-serving",
+        title="Model not serving",
+        detail=f"{exc.model.slug} is {exc.status} and has no tier serving yet.",
+    )
+
+
+def quota_problem(next_reset, at, **ext) -> Problem:
+    headers = {}
+    if next_reset:
+        headers["Retry-After"] = str(max(1, int((next_reset - at).total_seconds())))
+    return Problem(
+        status_code=429,
+        slug="quota-exhausted",
+        title="No quota package can pay",
+        detail="No quota package covering this work has enough credits"
+        + (f"; the next reset is at {next_reset.isoformat()}." if next_reset else "."),
+        headers=headers,
+        next_reset=next_reset.isoformat() if next_reset else None,
+        **ext,
+    )
 
 
 def candidate_brief(c: Candidate | None) -> dict | None:
@@ -170,20 +212,7 @@ def refuse(quote: Quote, request) -> Problem:
             context_window=window,
         )
     if d.outcome == "quota":
-        nxt = d.next_reset_at
-        headers = {}
-        if nxt:
-            headers["Retry-After"] = str(max(1, int((nxt - quote.at).total_seconds())))
-        return Problem(
-            status_code=429,
-            slug="quota-exhausted",
-            title="No quota package can pay",
-            detail="No quota package covering this work has enough credits"
-            + (f"; the next reset is at {nxt.isoformat()}." if nxt else "."),
-            headers=headers,
-            next_reset=nxt.isoformat() if nxt else None,
-            candidates=cands,
-        )
+        return quota_problem(d.next_reset_at, quote.at, candidates=cands)
     return Problem(
         status_code=422,
         slug="model-not-serving",
@@ -294,3 +323,221 @@ class QuotaView(ClientAPIView, generics.GenericAPIView):
             .order_by("independent", "order", "id")
         )
         return Response({"object": "list", "data": self.get_serializer(packages, many=True).data})
+
+
+# --- Jobs ----------------------------------------------------------------------------------
+
+
+def _iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def job_json(job: Job, *, detail: bool = False) -> dict:
+    """The job as the API shows it (documented by JobSerializer)."""
+    p = job.predicted or {}
+    sim = job.simulated
+    done = job.status == Job.Status.SUCCEEDED
+    body = {
+        "id": str(job.pk),
+        "object": "job",
+        "status": job.status,
+        "model": job.requested_model,
+        "served_model": job.model.slug,
+        "requested_tier": job.requested_tier,
+        "tier": job.tier.slug,
+        "service_tier": job.tier.slug,
+        "pool": job.pool.slug,
+        "input_tokens": job.input_tokens,
+        "output_tokens": job.output_tokens,
+        "turns": job.turns,
+        "tool_seconds": job.tool_seconds,
+        "deadline_seconds": job.deadline_seconds,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finishes_at": _iso(job.finishes_at),
+        "finished_at": _iso(job.finished_at),
+        "cancelled_at": _iso(job.cancelled_at),
+        "predicted": {
+            **{k: p.get(k) for k in TimingsSerializer().fields},
+            "start_at": _iso(job.predicted_start_at),
+            "completion_at": _iso(job.predicted_completion_at),
+            "cost": _money(job.predicted_cost),
+        },
+        "simulated": sim,
+        "meets_deadline": (sim["total_seconds"] <= job.deadline_seconds) if sim else None,
+        "usage": {"input_tokens": job.input_tokens, "output_tokens": job.output_tokens}
+        if done
+        else None,
+        "cost": _money(job.cost),
+        "package": {
+            "id": job.package_id,
+            "name": job.package.name,
+            "independent": job.package.independent,
+        },
+        "time_scale": sim_scale(),
+        "error": job.error,
+    }
+    if detail and done:
+        body["output"] = {
+            "simulated": True,
+            "tokens": job.output_tokens,
+            "text": synthetic_output(job),
+        }
+    return body
+
+
+def idempotency_key_of(request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > 255:
+        raise Problem(
+            status_code=400,
+            slug="invalid-idempotency-key",
+            title="Invalid Idempotency-Key",
+            detail="Idempotency-Key must be 1 to 255 characters.",
+        )
+    return key
+
+
+class JobListView(ClientAPIView, generics.GenericAPIView):
+    """Submit a job (POST) or list the account's jobs (GET, newest first)."""
+
+    pagination_class = JobCursorPagination
+
+    @extend_schema(
+        request=JobRequestSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                location=OpenApiParameter.HEADER,
+                description="Makes retries safe: a repeat returns the same job; a "
+                "concurrent duplicate gets 409.",
+            )
+        ],
+        responses={
+            202: JobSerializer,
+            200: JobSerializer,
+            409: OpenApiResponse(description="Duplicate in progress"),
+            **PROBLEM_RESPONSES,
+        },
+    )
+    def post(self, request):
+        key = idempotency_key_of(request)
+        ser = JobRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        prompt = data.pop("prompt", "")
+        try:
+            sub = job_submit(
+                account=self.account,
+                payload=data,
+                request=route_request_from(data),
+                prompt=prompt,
+                idempotency_key=key,
+            )
+        except NoTierChosen as exc:
+            raise refuse(exc.quote, request) from exc
+        except QuotaExhausted as exc:
+            raise quota_problem(exc.next_reset_at, timezone.now()) from exc
+        except IdempotencyConflict as exc:
+            raise Problem(
+                status_code=409,
+                slug="idempotency-conflict",
+                title="Duplicate request in progress",
+                detail=str(exc),
+            ) from exc
+        except IdempotencyMismatch as exc:
+            raise Problem(
+                status_code=422,
+                slug="idempotency-key-reused",
+                title="Idempotency-Key reused",
+                detail=str(exc),
+            ) from exc
+        except (ModelUnknown, ModelRetired, ModelNotServing, AutoNeedsTask) as exc:
+            raise quote_refusal(exc, request, data["model"]) from exc
+        job = Job.objects.select_related("model", "tier", "pool", "package").get(pk=sub.job.pk)
+        headers = {"Location": reverse("job-detail", args=[job.pk], request=request)}
+        if sub.created:
+            succ = job.model.successor.slug if job.model.successor_id else None
+            headers.update(
+                lifecycle.deprecation_headers(
+                    job.model, successor_url=model_url(request, succ) if succ else None
+                )
+            )
+        else:
+            headers["Idempotent-Replayed"] = "true"
+        code = status.HTTP_202_ACCEPTED if sub.created else status.HTTP_200_OK
+        return Response(job_json(job), status=code, headers=headers)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=[s.value for s in Job.Status]),
+            OpenApiParameter("model", str, description="Requested or served model slug."),
+        ],
+        responses=JobSerializer(many=True),
+    )
+    def get(self, request):
+        qs = Job.objects.filter(account=self.account).select_related(
+            "model", "tier", "pool", "package"
+        )
+        wanted = request.query_params.get("status")
+        if wanted:
+            if wanted not in Job.Status.values:
+                raise Problem(
+                    status_code=400,
+                    slug="invalid-parameter",
+                    title="Invalid query parameter",
+                    detail=f"Unknown status {wanted!r}; one of {', '.join(Job.Status.values)}.",
+                    parameter="status",
+                )
+            qs = qs.filter(status=wanted)
+        model = request.query_params.get("model")
+        if model:
+            qs = qs.filter(Q(model__slug=model) | Q(requested_model=model))
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response([job_json(j) for j in page])
+
+
+def _own_job(account, job_id) -> Job:
+    # Someone else's id is a 404, like an id that does not exist.
+    try:
+        return Job.objects.select_related("model", "tier", "pool", "package").get(
+            pk=job_id, account=account
+        )
+    except (Job.DoesNotExist, ValueError, ValidationError):
+        raise Problem(
+            status_code=404, slug="job-not-found", title="Unknown job", detail=f"No job {job_id}."
+        ) from None
+
+
+class JobDetailView(ClientAPIView):
+    """A job: status, predicted vs simulated timings, tokens, cost, and (when done) the
+    synthetic output, marked as simulated."""
+
+    @extend_schema(responses={200: JobSerializer, 404: OpenApiResponse(description="Unknown job")})
+    def get(self, request, job_id):
+        return Response(job_json(_own_job(self.account, job_id), detail=True))
+
+
+class JobCancelView(ClientAPIView):
+    """Cancel a queued or running job: its reservation is released, nothing is charged."""
+
+    @extend_schema(
+        request=None,
+        responses={200: JobSerializer, 409: OpenApiResponse(description="Already finished")},
+    )
+    def post(self, request, job_id):
+        job = _own_job(self.account, job_id)
+        try:
+            job = job_cancel(job=job)
+        except JobNotCancellable as exc:
+            raise Problem(
+                status_code=409,
+                slug="job-not-cancellable",
+                title="Job cannot be cancelled",
+                detail=str(exc),
+            ) from exc
+        return Response(job_json(_own_job(self.account, job.pk)))

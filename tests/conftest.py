@@ -1,6 +1,8 @@
 import pytest
 from django.db import connection
 
+pytest_plugins = ["tests.realparts"]
+
 
 @pytest.fixture
 def builtin_catalog(db):

@@ -25,7 +25,13 @@ def free_port() -> int:
 @pytest.fixture
 def quickstart_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env.update(VAR_DIR=str(tmp_path / "var"), PORT=str(free_port()), DJANGO_SETTINGS_MODULE="")
+    env.update(
+        VAR_DIR=str(tmp_path / "var"),
+        PORT=str(free_port()),
+        DJANGO_SETTINGS_MODULE="",
+        SIM_TIME_SCALE="50",
+        JOB_SWEEP_SECONDS="1",
+    )
     env.pop("DJANGO_SETTINGS_MODULE")
     bin_dir = Path(sys.executable).parent
     env.update(PY=str(bin_dir / "python"), CELERY=str(bin_dir / "celery"))
@@ -43,6 +49,16 @@ def manage(env, *args) -> str:
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.status, json.loads(r.read())
+
+
+def post_json(url: str, body: dict, key: str) -> dict:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
@@ -73,6 +89,27 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
         assert status == 200
         assert body["status"] == "retired" and body["successor"] == "gpt-5.6-sol"
         assert get_json(f"{base}/api/v1/health")[1]["status"] == "ok"
+        # A job through the filesystem broker and the quick start's worker.
+        key = next(line.split(": ", 1)[1] for line in setup.splitlines() if "demo api key" in line)
+        job = post_json(
+            f"{base}/api/v1/jobs",
+            {"model": "sol", "input_tokens": 2000, "output_tokens": 1000, "deadline_seconds": 3600},
+            key,
+        )
+        assert job["status"] == "queued"
+        deadline = time.monotonic() + 60
+        while True:
+            with urllib.request.urlopen(
+                urllib.request.Request(
+                    f"{base}/api/v1/jobs/{job['id']}", headers={"Authorization": f"Bearer {key}"}
+                ),
+                timeout=5,
+            ) as r:
+                status = json.loads(r.read())["status"]
+            if status == "succeeded":
+                break
+            assert time.monotonic() < deadline, f"job still {status}"
+            time.sleep(0.5)
         log_dir = Path(env["VAR_DIR"]) / "log"
         deadline = time.monotonic() + 30
         while not (

@@ -1,0 +1,61 @@
+"""Job behaviour that needs PostgreSQL's locks and real concurrent connections."""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from routing import jobs as jobs_service
+from routing import quota
+from routing.keys import account_create
+from routing.models import Job
+from tests.helpers import GDPVAL, ApiClient
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def dsn() -> str:
+    s = connection.settings_dict
+    return f"host={s['HOST']} port={s['PORT'] or 5432} dbname={s['NAME']} user={s['USER']}"
+
+
+def test_a_concurrent_duplicate_gets_409(on_postgres, builtin_catalog):
+    account, key = account_create(name="dup")
+    api = ApiClient(key)
+    with psycopg.connect(dsn(), autocommit=True) as other:
+        # Another request with this key is in flight: it holds the key's lock.
+        other.execute(
+            "SELECT pg_advisory_lock(%s)", [jobs_service.idempotency_lock_id(account.pk, "k")]
+        )
+        r = api.post_json(
+            "/api/v1/jobs", GDPVAL | {"deadline_seconds": 600}, HTTP_IDEMPOTENCY_KEY="k"
+        )
+        assert r.status_code == 409 and r.json()["type"].endswith("/idempotency-conflict")
+    r = api.post_json("/api/v1/jobs", GDPVAL | {"deadline_seconds": 600}, HTTP_IDEMPOTENCY_KEY="k")
+    assert r.status_code == 202
+    assert Job.objects.count() == 1
+
+
+def test_racing_duplicates_make_one_job(on_postgres, builtin_catalog):
+    account, key = account_create(name="race")
+    barrier = threading.Barrier(8)
+
+    def post(_):
+        barrier.wait()
+        try:
+            r = ApiClient(key).post_json(
+                "/api/v1/jobs", GDPVAL | {"deadline_seconds": 600}, HTTP_IDEMPOTENCY_KEY="same"
+            )
+            return r.status_code, r.json().get("id")
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(post, range(8)))
+    codes = sorted(c for c, _ in results)
+    assert set(codes) <= {200, 202, 409} and codes.count(202) == 1
+    assert len({i for c, i in results if c in (200, 202)}) == 1
+    assert Job.objects.count() == 1
+    assert quota.ledger_mismatches() == []
