@@ -1,5 +1,8 @@
+from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
+
+from deploy.problems import Problem
 
 
 class ListCursorPagination(CursorPagination):
@@ -9,6 +12,18 @@ class ListCursorPagination(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = 500
     ordering = "slug"
+
+    def paginate_queryset(self, queryset, request, view=None):
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except NotFound as exc:  # DRF says 404 for a cursor it cannot read: it is bad input
+            raise Problem(
+                status_code=400,
+                slug="invalid-cursor",
+                title="Invalid cursor",
+                detail="The cursor is not one this API gave out; start again without it.",
+                parameter="cursor",
+            ) from exc
 
     def get_paginated_response(self, data):
         return Response(

@@ -24,6 +24,7 @@ from routing.router import ModelOption, TierOption, normalise_task
 # own transaction.
 SNAPSHOT_TTL_SECONDS = 5.0
 POOL_LOAD_TTL_SECONDS = 1.0
+OWN_QUEUE_UTILISATION = 0.999
 _snapshot_lock = threading.Lock()
 _snapshot: dict[int, tuple[float, ModelOption]] = {}
 _catalog_rows: list = [0.0, None]  # [loaded_at, list[ModelVersion]]
@@ -111,7 +112,13 @@ def pool_loads() -> dict[int, float]:
         return loads
     loads = dict(PoolLoad.objects.values_list("pool_id", "background_utilisation"))
     for pool_id, busy in own_pool_occupancy().items():
-        loads[pool_id] = min(1.0, loads.get(pool_id, 0.0) + busy)
+        background = loads.get(pool_id, 0.0)
+        if background >= 1.0:
+            continue  # declared full: refused whatever we add
+        # Our own jobs beyond the pool's slots are a real queue, not a refusal: the pool
+        # counts as all but full, so the wait estimate is long and only work whose
+        # deadline allows it still goes there; the rest goes to another tier.
+        loads[pool_id] = min(OWN_QUEUE_UTILISATION, background + busy)
     _pool_loads[:] = [now, loads]
     return loads
 

@@ -6,6 +6,9 @@ from rest_framework import serializers
 
 from routing.models import QuotaPackage
 
+# Larger than any context window (1.05 M tokens): anything above is a typo.
+MAX_TASK_TOKENS = 10_000_000
+
 # OpenAI's service_tier words are accepted as they are; `auto` lets the router choose.
 TIER_ALIASES = {"default": "standard", "fast": "priority", "auto": None}
 TIERS = ("flex", "standard", "priority", "ultrafast")
@@ -15,8 +18,8 @@ class RouteRequestSerializer(serializers.Serializer):
     """The router's input; the jobs and batch APIs reuse these fields."""
 
     model = serializers.CharField(max_length=80, help_text="Slug, family alias (`sol`) or `auto`.")
-    input_tokens = serializers.IntegerField(min_value=1, max_value=50_000_000)
-    output_tokens = serializers.IntegerField(min_value=1, max_value=50_000_000)
+    input_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
+    output_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
     turns = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
     tool_seconds = serializers.FloatField(min_value=0, max_value=7 * 86400, default=0.0)
     deadline_seconds = serializers.FloatField(
@@ -47,6 +50,14 @@ class RouteRequestSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs):
+        total = attrs["input_tokens"] + attrs["output_tokens"]
+        if total > MAX_TASK_TOKENS:
+            raise serializers.ValidationError(
+                {
+                    "output_tokens": f"input_tokens + output_tokens is {total}; at most "
+                    f"{MAX_TASK_TOKENS} (larger than any context window)."
+                }
+            )
         if attrs["output_tokens"] < attrs["turns"]:
             raise serializers.ValidationError(
                 {

@@ -213,6 +213,13 @@ def refuse(quote: Quote, request) -> Problem:
         )
     if d.outcome == "quota":
         return quota_problem(d.next_reset_at, quote.at, candidates=cands)
+    if quote.resolved is None:  # model "auto"
+        return Problem(
+            status_code=422,
+            slug="no-model-for-task",
+            title="No model for this task class",
+            detail=f"No serving model has a published {req.task!r} result to choose by.",
+        )
     return Problem(
         status_code=422,
         slug="model-not-serving",

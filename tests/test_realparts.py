@@ -114,7 +114,7 @@ def test_celery_worker_on_throwaway_redis_and_postgres_is_killed_whole(
 
         # It runs a task against the throwaway database.
         task_id = send_task(redis_server.url, "routing.reset_quota_periods")
-        worker.wait_for_log(f"Task routing.reset_quota_periods[{task_id}] succeeded", 20)
+        worker.wait_for_log(f"Task routing.reset_quota_periods[{task_id}] succeeded", 90)
 
         group = worker.group_pids()
         assert worker.pid in group and len(group) >= 2  # the main process + a pool child

@@ -185,26 +185,34 @@ def small_pool():
     HardwarePool.objects.filter(slug="h200-main").update(nodes=8)
 
 
+def fill_pool(api) -> list[Job]:
+    """Submit and run Standard jobs with a loose deadline until the pool is over full."""
+    from routing.selectors import clear_pool_loads
+
+    first = jobs_service.job_run(submit(api, tier="standard", deadline_seconds=86400).json()["id"])
+    ran = [first]
+    for _ in range(round(1 / first.slot_share) + 1):
+        clear_pool_loads()  # the router sees every job at once (no 1 s cache lag)
+        body = submit(api, tier="standard", deadline_seconds=86400).json()
+        ran.append(jobs_service.job_run(body["id"]))
+    return ran
+
+
 def test_a_full_pool_makes_later_jobs_wait(api):
     small_pool()
-    first = jobs_service.job_run(submit(api, tier="standard").json()["id"])
-    capacity = round(1 / first.slot_share)
-    running = [first]
-    for _ in range(capacity - 1):
-        running.append(jobs_service.job_run(submit(api, tier="standard").json()["id"]))
-    assert all(j.started_at == j.created_at or j.started_at < first.finishes_at for j in running)
-    waiting = jobs_service.job_run(submit(api, tier="standard").json()["id"])
-    assert waiting.started_at >= min(j.finishes_at for j in running)  # waits for a slot
-    assert waiting.simulated["queue_seconds"] > 100
+    ran = fill_pool(api)
+    capacity = round(1 / ran[0].slot_share)
+    first_end = min(j.finishes_at for j in ran[:capacity])
+    assert all(j.started_at < first_end for j in ran[:capacity])  # all fit at once
+    late = ran[capacity:]
+    assert late and all(j.started_at >= first_end for j in late)  # these wait for a slot
+    assert all(j.simulated["queue_seconds"] > 10 for j in late)
 
 
 def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
     small_pool()
-    first = submit(api).json()
-    assert first["tier"] == "standard"
-    capacity = round(1 / Job.objects.get(pk=first["id"]).slot_share)
-    for _ in range(capacity + 2):
-        jobs_service.job_run(submit(api, tier="standard").json()["id"])
+    assert submit(api).json()["tier"] == "standard"
+    fill_pool(api)
     from routing.selectors import clear_pool_loads
 
     clear_pool_loads()
@@ -212,7 +220,10 @@ def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
     assert nxt["tier"] == "ultrafast", nxt  # the only tier on another pool that meets 600 s
     q = api.post_json("/api/v1/quotes", GDPVAL | {"deadline_seconds": 600}).json()
     standard = next(c for c in q["candidates"] if c["tier"] == "standard")
-    assert "saturated" in standard["reason"]
+    assert "misses the deadline" in standard["reason"]
+    assert standard["predicted"]["queue_seconds"] > 600
+    # A deadline the queue allows still goes to the cheap, busy pool.
+    assert submit(api, deadline_seconds=86400).json()["tier"] == "flex"
 
 
 def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, monkeypatch, settings):

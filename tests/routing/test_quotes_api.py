@@ -227,3 +227,19 @@ def test_the_quote_matches_its_documented_schema(api):
         assert set(cand) == set(CandidateSerializer().fields)
     problem = quote(api, deadline_seconds=60).json()
     assert set(problem["candidates"][0]) == set(CandidateSerializer().fields)
+
+
+def test_a_task_larger_than_any_window_is_a_400_not_a_500(api):
+    r = quote(api, input_tokens=9_000_000, output_tokens=9_000_000, deadline_seconds=600)
+    assert r.status_code == 400 and "at most 10000000" in r.json()["detail"]
+
+
+def test_auto_without_a_model_for_the_task_says_so(api):
+    r = quote(api, model="auto", task="swe-bench-pro", deadline_seconds=600)
+    assert r.status_code == 422 and r.json()["type"].endswith("/no-model-for-task")
+
+
+def test_an_unreadable_cursor_is_a_400(api, client):
+    r = api.get("/api/v1/jobs?cursor=garbage")
+    assert r.status_code == 400 and r.json()["parameter"] == "cursor"
+    assert client.get("/api/v1/models/?cursor=garbage").status_code == 400
