@@ -36,7 +36,11 @@ def noop_rate(stack: Stack, workers: int, n: int) -> float:
 
         app = Celery("bench", broker=stack.redis.url, set_as_current=False)
         app.conf.update(task_serializer="json", task_ignore_result=True)
-        with app.producer_or_acquire() as producer:
+        # An explicit connection: a CELERY_BROKER_URL in the environment would win otherwise.
+        with (
+            app.connection_for_write(url=stack.redis.url) as conn,
+            app.producer_or_acquire(app.amqp.Producer(conn)) as producer,
+        ):
             t0 = time.perf_counter()
             for _ in range(n):
                 app.send_task("deploy.noop", producer=producer)

@@ -962,7 +962,12 @@ def send_task(broker_url: str, task_name: str, args=(), kwargs=None, **options) 
     app = Celery("realparts-client", broker=broker_url, set_as_current=False)
     app.conf.update(task_serializer="json", accept_content=["json"], task_ignore_result=True)
     try:
-        return app.send_task(task_name, args=args, kwargs=kwargs or {}, **options).id
+        # An explicit connection: Celery lets a CELERY_BROKER_URL in the environment (CI
+        # exports one for the test process) win over any configured broker URL.
+        with app.connection_for_write(url=broker_url) as conn:
+            return app.send_task(
+                task_name, args=args, kwargs=kwargs or {}, connection=conn, **options
+            ).id
     finally:
         app.close()
 
