@@ -10,7 +10,12 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from catalog import lifecycle
-from catalog.forms import ModelVersionAdminForm, ReasonForm, ScheduleRetirementForm
+from catalog.forms import (
+    ModelVersionAdminForm,
+    ReasonForm,
+    RetireNowForm,
+    ScheduleRetirementForm,
+)
 from catalog.models import (
     Benchmark,
     Deployment,
@@ -18,6 +23,7 @@ from catalog.models import (
     LifecycleChange,
     ModelFamily,
     ModelVersion,
+    NoticePolicy,
     Price,
     PublishedSpeed,
     Tier,
@@ -226,6 +232,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
                     actor=actor_for(request),
                     user=request.user,
                     reason=d["reason"],
+                    notice_override=d["notice_override"],
                 ),
                 "Retirement scheduled",
             )
@@ -234,7 +241,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retire now", permissions=["change"])
     def retire_now(self, request, queryset):
-        form = ReasonForm(request.POST if "apply" in request.POST else None)
+        form = RetireNowForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
             self._run(
                 request,
@@ -244,6 +251,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
                     actor=actor_for(request),
                     user=request.user,
                     reason=form.cleaned_data["reason"],
+                    notice_override=form.cleaned_data["notice_override"],
                 ),
                 "Retired",
             )
@@ -284,6 +292,11 @@ class LifecycleChangeAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(NoticePolicy)
+class NoticePolicyAdmin(admin.ModelAdmin):
+    list_display = ["kind", "minimum_days", "description"]
 
 
 @admin.register(Tier)

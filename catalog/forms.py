@@ -48,6 +48,12 @@ class ScheduleRetirementForm(forms.Form):
         help_text="The tier the successor is recommended on.",
     )
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    notice_override = forms.CharField(
+        required=False,
+        label="Override the notice policy because",
+        help_text="Only when the date gives less notice than the model's kind requires; "
+        "kept in the history.",
+    )
 
     def clean(self):
         data = super().clean()
@@ -62,3 +68,12 @@ class ScheduleRetirementForm(forms.Form):
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+
+
+class RetireNowForm(ReasonForm):
+    notice_override = forms.CharField(
+        required=False,
+        label="Override the notice policy because",
+        help_text="Needed unless the retirement was announced long enough ago; kept in "
+        "the history.",
+    )

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.models import LifecycleChange, ModelVersion, Tier
+from catalog.models import LifecycleChange, ModelVersion, NoticePolicy, Tier
 
 UPCOMING = "upcoming"
 PREVIEW = "preview"
@@ -291,6 +291,35 @@ def model_update_lifecycle(
     return locked
 
 
+class NoticeTooShort(LifecycleError):
+    """A retirement inside the notice policy without an override reason."""
+
+
+def check_notice(
+    model: ModelVersion, *, announced_on: dt.date, retires_on: dt.date, override: str
+) -> str:
+    """The history note for a retirement's notice: empty when the policy is met, the
+    override reason when it is not (NoticeTooShort without one)."""
+    policy = NoticePolicy.objects.filter(kind=model.kind).first()
+    if policy is None:
+        return ""
+    notice = (retires_on - announced_on).days
+    if notice >= policy.minimum_days:
+        return ""
+    if not override.strip():
+        earliest = announced_on + dt.timedelta(days=policy.minimum_days)
+        raise NoticeTooShort(
+            f"{model.slug} is a {model.kind} model: it gets at least {policy.minimum_days} "
+            f"days' notice; {notice} given. Retire on {earliest} or later, or override "
+            "the policy with a reason."
+        )
+    return f"notice override ({notice} of {policy.minimum_days} days): {override.strip()}"
+
+
+def _with_note(reason: str, note: str) -> str:
+    return "; ".join(x for x in (note, reason) if x)
+
+
 def model_schedule_retirement(
     *,
     model: ModelVersion,
@@ -301,35 +330,59 @@ def model_schedule_retirement(
     actor: str,
     user=None,
     reason: str = "",
+    notice_override: str = "",
 ) -> ModelVersion:
     if model_status(model) == RETIRED:
         raise LifecycleError(f"{model.slug} is already retired (on {model.retires_on}).")
+    announced = announced_on or min(utc_today(), retires_on)
+    # An impossible lifecycle is refused for that first; the notice question comes after.
+    validate_lifecycle(
+        model,
+        released_on=model.released_on,
+        generally_available_on=model.generally_available_on,
+        retirement_announced_on=announced,
+        retires_on=retires_on,
+        successor=successor,
+    )
+    note = check_notice(
+        model, announced_on=announced, retires_on=retires_on, override=notice_override
+    )
     return model_update_lifecycle(
         model=model,
         actor=actor,
         user=user,
-        reason=reason,
+        reason=_with_note(reason, note),
         retires_on=retires_on,
-        retirement_announced_on=announced_on or min(utc_today(), retires_on),
+        retirement_announced_on=announced,
         successor=successor,
         successor_tier=successor_tier,
     )
 
 
 def model_retire_now(
-    *, model: ModelVersion, actor: str, user=None, reason: str = "", at: dt.datetime | None = None
+    *,
+    model: ModelVersion,
+    actor: str,
+    user=None,
+    reason: str = "",
+    notice_override: str = "",
+    at: dt.datetime | None = None,
 ) -> ModelVersion:
-    """Retire from today (00:00 UTC): new work is refused from this moment."""
+    """Retire from today (00:00 UTC): new work is refused from this moment. Unless the
+    retirement was announced long enough ago, this overrides the notice policy and
+    needs a reason."""
     if model_status(model, at) == RETIRED:
         raise LifecycleError(f"{model.slug} is already retired (on {model.retires_on}).")
     today = utc_today(at)
+    announced = min(model.retirement_announced_on or today, today)
+    note = check_notice(model, announced_on=announced, retires_on=today, override=notice_override)
     return model_update_lifecycle(
         model=model,
         actor=actor,
         user=user,
-        reason=reason or "retired now",
+        reason=_with_note(reason, note) or "retired now",
         retires_on=today,
-        retirement_announced_on=min(model.retirement_announced_on or today, today),
+        retirement_announced_on=announced,
     )
 
 

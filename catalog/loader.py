@@ -26,6 +26,7 @@ from catalog.models import (
     HardwarePool,
     ModelFamily,
     ModelVersion,
+    NoticePolicy,
     Price,
     PublishedSpeed,
     Tier,
@@ -119,6 +120,18 @@ def catalog_load(
                 "price_multiplier": Decimal(str(_require(t, "price_multiplier", f"tier {slug}"))),
                 "speed_vs_standard": t.get("speed_vs_standard", ""),
                 "description": t.get("description", ""),
+            },
+        )
+    for n in data.get("notice_policies", []):
+        kind = _require(n, "kind", "notice policy")
+        _sync(
+            report,
+            "notice policies",
+            NoticePolicy,
+            {"kind": kind},
+            {
+                "minimum_days": int(_require(n, "minimum_days", f"notice policy {kind}")),
+                "description": n.get("description", ""),
             },
         )
     pools = {}

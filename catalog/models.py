@@ -243,6 +243,22 @@ class Price(models.Model):
         return f"{self.model.slug} {self.tier.slug}: {self.input_per_million}/{self.output_per_million}"
 
 
+class NoticePolicy(models.Model):
+    """The least notice a kind of model gets before it retires (e.g. 6 months for a
+    general model). Scheduling inside it needs an explicit override with a reason."""
+
+    kind = models.CharField(max_length=16, choices=ModelVersion.Kind.choices, unique=True)
+    minimum_days = models.PositiveIntegerField()
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["kind"]
+        verbose_name_plural = "notice policies"
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.minimum_days} days"
+
+
 class LifecycleChange(models.Model):
     """Append-only history of every change to a lifecycle date or successor."""
 

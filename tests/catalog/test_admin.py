@@ -50,6 +50,7 @@ def test_changelist_filters(admin_client, builtin_catalog, query, present, absen
 
 def test_retiring_within_30_days_filter(admin_client, builtin_catalog):
     lifecycle.model_schedule_retirement(
+        notice_override="short notice in a test",
         model=ModelVersion.objects.get(slug="gpt-5.6-luna"),
         retires_on=lifecycle.utc_today() + dt.timedelta(days=10),
         successor=None,
@@ -127,6 +128,7 @@ def test_a_date_in_the_past_is_refused_on_the_form(admin_client, builtin_catalog
 
 def test_retire_now_and_cancel_actions(admin_client, builtin_catalog):
     lifecycle.model_schedule_retirement(
+        notice_override="short notice in a test",
         model=ModelVersion.objects.get(slug="gpt-5.6-terra"),
         retires_on=lifecycle.utc_today() + dt.timedelta(days=90),
         successor=None,
@@ -138,20 +140,25 @@ def test_retire_now_and_cancel_actions(admin_client, builtin_catalog):
     )
     assert ModelVersion.objects.get(slug="gpt-5.6-terra").retires_on is None
 
+    retire = {
+        "action": "retire_now",
+        "_selected_action": [pk("neohorse-1-4b")],
+        "apply": "1",
+        "reason": "licence withdrawn",
+    }
+    r = admin_client.post(CHANGELIST, retire, follow=True)
+    assert "gets at least 182 days&#x27; notice; 0 given" in r.content.decode()
+    assert ModelVersion.objects.get(slug="neohorse-1-4b").retires_on is None
     r = admin_client.post(
-        CHANGELIST,
-        {
-            "action": "retire_now",
-            "_selected_action": [pk("neohorse-1-4b")],
-            "apply": "1",
-            "reason": "licence withdrawn",
-        },
-        follow=True,
+        CHANGELIST, retire | {"notice_override": "licence withdrawn by the vendor"}, follow=True
     )
     assert "Retired: neohorse-1-4b" in r.content.decode()
     m = ModelVersion.objects.get(slug="neohorse-1-4b")
     assert lifecycle.model_status(m) == "retired"
-    assert LifecycleChange.objects.get(model=m, field="retires_on").reason == "licence withdrawn"
+    reason = LifecycleChange.objects.get(model=m, field="retires_on").reason
+    assert reason == (
+        "notice override (0 of 182 days): licence withdrawn by the vendor; licence withdrawn"
+    )
 
 
 def test_change_form_refuses_retirement_before_release(admin_client, builtin_catalog):

@@ -49,6 +49,7 @@ def test_models_list_filters(client, builtin_catalog, query, expected):
 
 def test_retiring_within_days_filter(client, builtin_catalog):
     lifecycle.model_schedule_retirement(
+        notice_override="short notice in a test",
         model=ModelVersion.objects.get(slug="gpt-5.6-luna"),
         retires_on=today() + dt.timedelta(days=20),
         successor=None,
@@ -111,6 +112,7 @@ def test_a_deprecated_model_carries_deprecation_sunset_and_successor_link(client
     retires = today() + dt.timedelta(days=40)
     announced = today() - dt.timedelta(days=2)
     lifecycle.model_schedule_retirement(
+        notice_override="short notice in a test",
         model=ModelVersion.objects.get(slug="gpt-5.6-luna"),
         retires_on=retires,
         announced_on=announced,
@@ -181,5 +183,7 @@ def test_openapi_schema_and_docs_are_served(client, db):
 
 def test_status_is_evaluated_at_request_time(client, builtin_catalog):
     # A retirement scheduled for today is already in force.
-    lifecycle.model_retire_now(model=ModelVersion.objects.get(slug="neohorse-1-9b"), actor="t")
+    lifecycle.model_retire_now(
+        model=ModelVersion.objects.get(slug="neohorse-1-9b"), actor="t", notice_override="test"
+    )
     assert client.get("/api/v1/models/neohorse-1-9b/").json()["status"] == "retired"

@@ -187,7 +187,9 @@ def test_an_unchanged_value_writes_no_history(builtin_catalog):
 
 def test_retire_now_retires_from_today(builtin_catalog):
     now = at("2026-12-02", 15)
-    luna = lifecycle.model_retire_now(model=m("gpt-5.6-luna"), actor="test", at=now)
+    luna = lifecycle.model_retire_now(
+        model=m("gpt-5.6-luna"), actor="test", at=now, notice_override="test"
+    )
     assert luna.retires_on == dt.date(2026, 12, 2)
     assert model_status(luna, now) == "retired"
 
@@ -219,3 +221,69 @@ def test_deprecation_headers_follow_rfc_9745_and_8594(builtin_catalog):
     assert headers["Sunset"] == "Fri, 18 Sep 2026 00:00:00 GMT"
     assert headers["Link"] == '<https://h/api/v1/models/gpt-5.6-sol/>; rel="successor-version"'
     assert lifecycle.deprecation_headers(m("gpt-5.6-sol"), successor_url=None) == {}
+
+
+def test_notice_policies_are_loaded_per_kind(builtin_catalog):
+    from catalog.models import NoticePolicy
+
+    assert dict(NoticePolicy.objects.values_list("kind", "minimum_days")) == {
+        "general": 182,
+        "variant": 91,
+        "preview": 14,
+    }
+
+
+def test_scheduling_inside_the_notice_policy_needs_an_override(builtin_catalog):
+    luna = m("gpt-5.6-luna")  # a general model: 182 days
+    today = lifecycle.utc_today()
+    with pytest.raises(lifecycle.NoticeTooShort, match="at least 182 days' notice; 30 given"):
+        lifecycle.model_schedule_retirement(
+            model=luna, retires_on=today + dt.timedelta(days=30), successor=None, actor="t"
+        )
+    assert m("gpt-5.6-luna").retires_on is None
+    lifecycle.model_schedule_retirement(
+        model=luna,
+        retires_on=today + dt.timedelta(days=30),
+        successor=None,
+        actor="t",
+        reason="security issue",
+        notice_override="critical vulnerability",
+    )
+    change = LifecycleChange.objects.get(model=luna, field="retires_on")
+    assert (
+        change.reason == "notice override (30 of 182 days): critical vulnerability; security issue"
+    )
+
+
+def test_enough_notice_needs_no_override(builtin_catalog):
+    today = lifecycle.utc_today()
+    lifecycle.model_schedule_retirement(
+        model=m("gpt-5.6-luna"),
+        retires_on=today + dt.timedelta(days=182),
+        successor=None,
+        actor="t",
+    )
+    assert m("gpt-5.6-luna").retires_on == today + dt.timedelta(days=182)
+
+
+def test_a_retirement_announced_long_ago_retires_now_without_override(builtin_catalog):
+    luna = m("gpt-5.6-luna")
+    today = lifecycle.utc_today()
+    # Announced 200 days ago for a later date: retiring it early still gave 200 days.
+    lifecycle.model_update_lifecycle(
+        model=luna,
+        actor="t",
+        retirement_announced_on=today - dt.timedelta(days=200),
+        retires_on=today + dt.timedelta(days=30),
+    )
+    assert lifecycle.model_retire_now(model=m("gpt-5.6-luna"), actor="t").retires_on == today
+
+
+def test_spark_was_retired_inside_its_preview_policy(builtin_catalog):
+    # A week's notice for a preview that the policy gives two: today it would need an
+    # override (the built-in catalog records history as published).
+    spark = m("gpt-5.3-codex-spark")
+    with pytest.raises(lifecycle.NoticeTooShort, match="preview model: it gets at least 14"):
+        lifecycle.check_notice(
+            spark, announced_on=dt.date(2026, 9, 11), retires_on=dt.date(2026, 9, 18), override=""
+        )

@@ -110,7 +110,11 @@ def test_the_command_is_idempotent(db, capsys):
 def test_admin_lifecycle_changes_survive_a_reload(builtin_catalog):
     luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
     lifecycle.model_schedule_retirement(
-        model=luna, retires_on=dt.date(2027, 6, 1), successor=None, actor="admin:bob"
+        notice_override="short notice in a test",
+        model=luna,
+        retires_on=dt.date(2027, 6, 1),
+        successor=None,
+        actor="admin:bob",
     )
     catalog_load()
     luna.refresh_from_db()
@@ -120,7 +124,11 @@ def test_admin_lifecycle_changes_survive_a_reload(builtin_catalog):
 def test_reset_lifecycle_restores_the_file_through_the_history(builtin_catalog):
     luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
     lifecycle.model_schedule_retirement(
-        model=luna, retires_on=dt.date(2027, 6, 1), successor=None, actor="admin:bob"
+        notice_override="short notice in a test",
+        model=luna,
+        retires_on=dt.date(2027, 6, 1),
+        successor=None,
+        actor="admin:bob",
     )
     catalog_load(reset_lifecycle=True)
     luna.refresh_from_db()

@@ -92,6 +92,7 @@ def test_an_account_opted_in_to_migration_is_quoted_on_the_successor(builtin_cat
 def test_a_deprecated_model_is_served_with_deprecation_headers(api):
     luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
     lifecycle.model_schedule_retirement(
+        notice_override="short notice in a test",
         model=luna,
         retires_on=lifecycle.utc_today() + dt.timedelta(days=60),
         successor=ModelVersion.objects.get(slug="gpt-5.6-terra"),
