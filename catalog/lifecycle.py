@@ -22,6 +22,7 @@ from email.utils import format_datetime
 
 from django.db import transaction
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
 from catalog.models import LifecycleChange, ModelVersion, NoticePolicy, Tier
@@ -41,6 +42,11 @@ LIFECYCLE_FIELDS = (
     "successor",
     "successor_tier",
 )
+
+
+# Sent (after commit) when a model is retired now; other apps react (quota policies)
+# without the catalog knowing them. Beat covers a retirement that simply arrives.
+model_retired = Signal()  # kwargs: model
 
 
 class LifecycleError(ValueError):
@@ -376,14 +382,19 @@ def model_retire_now(
     today = utc_today(at)
     announced = min(model.retirement_announced_on or today, today)
     note = check_notice(model, announced_on=announced, retires_on=today, override=notice_override)
-    return model_update_lifecycle(
-        model=model,
-        actor=actor,
-        user=user,
-        reason=_with_note(reason, note) or "retired now",
-        retires_on=today,
-        retirement_announced_on=announced,
-    )
+    with transaction.atomic():
+        retired = model_update_lifecycle(
+            model=model,
+            actor=actor,
+            user=user,
+            reason=_with_note(reason, note) or "retired now",
+            retires_on=today,
+            retirement_announced_on=announced,
+        )
+        transaction.on_commit(
+            lambda: model_retired.send(sender=ModelVersion, model=retired), robust=True
+        )
+    return retired
 
 
 def model_cancel_retirement(

@@ -200,6 +200,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # django-celery-beat tables at start, where ops can see (and pause) it in the admin.
 CELERY_BEAT_SCHEDULE = {
     "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
+    "apply-retirements": {"task": "routing.apply_retirements", "schedule": 60.0},
     "sweep-jobs": {
         "task": "routing.sweep_jobs",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),

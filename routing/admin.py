@@ -22,6 +22,7 @@ from routing.models import (
     PoolLoad,
     QuotaPackage,
     QuotaReservation,
+    RetirementApplication,
 )
 from routing.quotes import quote_build
 from routing.router import RouteRequest
@@ -187,6 +188,9 @@ class QuotaPackageForm(forms.ModelForm):
             "independent",
             "valid_from",
             "valid_until",
+            "on_retirement",
+            "migrate_tier",
+            "conversion",
         ]
 
     def clean(self):
@@ -217,8 +221,9 @@ class QuotaPackageAdmin(admin.ModelAdmin):
         "next_reset_at",
         "order",
         "independent",
+        "on_retirement",
     ]
-    list_filter = ["scope", "period", "independent"]
+    list_filter = ["scope", "period", "independent", "on_retirement"]
     search_fields = ["account__name", "name"]
     filter_horizontal = ["model_versions", "tiers"]
     readonly_fields = ["spent", "reserved", "period_start", "next_reset_at"]
@@ -262,6 +267,12 @@ class QuotaReservationAdmin(ReadOnlyAdmin):
     list_display = ["reference", "package", "amount", "charged", "state", "created_at", "closed_at"]
     list_filter = ["state"]
     search_fields = ["reference", "package__account__name"]
+
+
+@admin.register(RetirementApplication)
+class RetirementApplicationAdmin(ReadOnlyAdmin):
+    list_display = ["applied_at", "package", "model", "policy", "successor", "detail"]
+    list_filter = ["policy", "model"]
 
 
 @admin.register(PoolLoad)

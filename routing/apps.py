@@ -7,4 +7,8 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing, accounts and quota"
 
     def ready(self) -> None:
+        from catalog.lifecycle import model_retired
         from routing import schema  # noqa: F401  (registers the OpenAPI auth scheme)
+        from routing.retirement import on_model_retired
+
+        model_retired.connect(on_model_retired, dispatch_uid="routing-quota-on-retirement")

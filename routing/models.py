@@ -104,6 +104,32 @@ class QuotaPackage(models.Model):
     valid_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class OnRetirement(models.TextChoices):
+        KEEP = "keep", "Keep until its own expiry, usable for the successor"
+        MIGRATE = "migrate", "Migrate to the successor (credits converted)"
+        EXPIRE = "expire", "Expire on the retirement date"
+
+    # What becomes of a package tied to a model (scope "models") when that model
+    # retires: set by the admin, shown to the client before the day, applied on the day.
+    on_retirement = models.CharField(
+        max_length=8, choices=OnRetirement.choices, default=OnRetirement.KEEP
+    )
+    migrate_tier = models.ForeignKey(
+        Tier,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Migrate: the successor's tier the package then covers (empty: all).",
+    )
+    conversion = models.DecimalField(
+        max_digits=8,
+        decimal_places=4,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="Migrate: remaining credits are multiplied by this.",
+    )
+
     class Meta:
         ordering = ["account", "independent", "order", "id"]
         constraints = [
@@ -166,12 +192,13 @@ class LedgerEntry(models.Model):
         SETTLE = "settle", "Settle"
         RELEASE = "release", "Release"
         RESET = "reset", "Period reset"
+        RETIREMENT = "retirement", "Retirement policy applied"
 
     package = models.ForeignKey(QuotaPackage, on_delete=models.PROTECT, related_name="ledger")
     reservation = models.ForeignKey(
         QuotaReservation, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger"
     )
-    kind = models.CharField(max_length=10, choices=Kind.choices)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
     delta_reserved = models.DecimalField(**CREDIT, default=Decimal(0))
     delta_spent = models.DecimalField(**CREDIT, default=Decimal(0))
     note = models.CharField(max_length=200, blank=True)
@@ -295,3 +322,26 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+
+class RetirementApplication(models.Model):
+    """The retirement-day policy of one package for one retired model, applied once
+    (the unique pair is the claim: a second run, or a run resumed after a crash,
+    skips what is done)."""
+
+    package = models.ForeignKey(QuotaPackage, on_delete=models.CASCADE, related_name="retirements")
+    model = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="+")
+    policy = models.CharField(max_length=8, choices=QuotaPackage.OnRetirement.choices)
+    successor = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    detail = models.CharField(max_length=300, blank=True)
+    applied_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["package", "model"], name="retirement_applied_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.package} / {self.model.slug}: {self.policy}"

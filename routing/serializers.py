@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from routing.models import QuotaPackage
@@ -126,6 +127,26 @@ class QuoteSerializer(serializers.Serializer):
     candidates = CandidateSerializer(many=True)
 
 
+class RetirementPolicySerializer(serializers.Serializer):
+    policy = serializers.ChoiceField(choices=QuotaPackage.OnRetirement.choices)
+    migrate_tier = serializers.CharField(allow_null=True)
+    conversion = serializers.CharField()
+
+
+class PackageRetirementSerializer(serializers.Serializer):
+    """A tied model's retirement and what it does (or did) to the package."""
+
+    model = serializers.CharField()
+    status = serializers.CharField()
+    retires_on = serializers.DateField(allow_null=True)
+    successor = serializers.CharField(allow_null=True)
+    policy = serializers.CharField()
+    migrate_tier = serializers.CharField(allow_null=True)
+    conversion = serializers.CharField()
+    applied_at = serializers.DateTimeField(allow_null=True)
+    detail = serializers.CharField(allow_blank=True)
+
+
 class QuotaPackageSerializer(serializers.ModelSerializer):
     family = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     models = serializers.SlugRelatedField(
@@ -133,6 +154,8 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
     )
     tiers = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
     remaining = serializers.DecimalField(max_digits=18, decimal_places=6, read_only=True)
+    on_retirement = serializers.SerializerMethodField()
+    retirements = serializers.SerializerMethodField()
 
     class Meta:
         model = QuotaPackage
@@ -154,7 +177,27 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
             "independent",
             "valid_from",
             "valid_until",
+            "on_retirement",
+            "retirements",
         ]
+
+    @extend_schema_field(RetirementPolicySerializer)
+    def get_on_retirement(self, obj) -> dict:
+        return {
+            "policy": obj.on_retirement,
+            "migrate_tier": obj.migrate_tier.slug if obj.migrate_tier_id else None,
+            "conversion": str(obj.conversion),
+        }
+
+    @extend_schema_field(PackageRetirementSerializer(many=True))
+    def get_retirements(self, obj) -> list[dict]:
+        from django.utils import timezone
+
+        from routing.retirement import package_retirements
+
+        return PackageRetirementSerializer(
+            package_retirements(obj, self.context.get("now") or timezone.now()), many=True
+        ).data
 
 
 class JobRequestSerializer(RouteRequestSerializer):

@@ -8,6 +8,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 
 from routing.jobs import job_finish, job_run, jobs_sweep
 from routing.quota import quota_reset_due
+from routing.retirement import retirements_apply_due
 
 # Expected, passing errors (the database restarting, a connection cut): retry with
 # exponential backoff and jitter. Anything else is a bug and is logged by Celery.
@@ -64,3 +65,10 @@ def reset_quota_periods() -> int:
     Running it twice resets once."""
     _reset_connections()
     return quota_reset_due()
+
+
+@shared_task(name="routing.apply_retirements", ignore_result=True, **RETRY)
+def apply_retirements() -> dict:
+    """The retirement day's quota policies (beat, every minute; idempotent, resumable)."""
+    _reset_connections()
+    return retirements_apply_due()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -15,6 +15,7 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from catalog import lifecycle
+from catalog.models import ModelVersion
 from deploy.pagination import ListCursorPagination
 from deploy.problems import Problem
 from routing.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
@@ -325,8 +326,15 @@ class QuotaView(ClientAPIView, generics.GenericAPIView):
     def get(self, request):
         packages = (
             QuotaPackage.objects.filter(account=self.account)
-            .select_related("family")
-            .prefetch_related("model_versions", "tiers")
+            .select_related("family", "migrate_tier")
+            .prefetch_related(
+                Prefetch(
+                    "model_versions",
+                    queryset=ModelVersion.objects.select_related("successor").order_by("slug"),
+                ),
+                "tiers",
+                "retirements",
+            )
             .order_by("independent", "order", "id")
         )
         return Response({"object": "list", "data": self.get_serializer(packages, many=True).data})

@@ -82,6 +82,8 @@ def test_admin_adds_a_package_with_its_period_set(admin_client, account):
             "period": "week",
             "limit": "30",
             "order": "50",
+            "on_retirement": "keep",
+            "conversion": "1",
         },
     )
     assert r.status_code == 302, r.content.decode()[:500]
@@ -99,6 +101,8 @@ def test_admin_refuses_a_family_scope_without_a_family(admin_client, account):
             "period": "month",
             "limit": "30",
             "order": "50",
+            "on_retirement": "keep",
+            "conversion": "1",
         },
     )
     assert r.status_code == 200 and "A family scope names a family." in r.content.decode()
