@@ -47,6 +47,9 @@ LIFECYCLE_FIELDS = (
 # Sent (after commit) when a model is retired now; other apps react (quota policies)
 # without the catalog knowing them. Beat covers a retirement that simply arrives.
 model_retired = Signal()  # kwargs: model
+# Sent (after commit) when a retirement is scheduled with an announcement date today or
+# earlier: clients are to be told. A future announcement date is picked up by beat.
+retirement_announced = Signal()  # kwargs: model
 
 
 class LifecycleError(ValueError):
@@ -353,16 +356,23 @@ def model_schedule_retirement(
     note = check_notice(
         model, announced_on=announced, retires_on=retires_on, override=notice_override
     )
-    return model_update_lifecycle(
-        model=model,
-        actor=actor,
-        user=user,
-        reason=_with_note(reason, note),
-        retires_on=retires_on,
-        retirement_announced_on=announced,
-        successor=successor,
-        successor_tier=successor_tier,
-    )
+    with transaction.atomic():
+        scheduled = model_update_lifecycle(
+            model=model,
+            actor=actor,
+            user=user,
+            reason=_with_note(reason, note),
+            retires_on=retires_on,
+            retirement_announced_on=announced,
+            successor=successor,
+            successor_tier=successor_tier,
+        )
+        if announced <= utc_today():
+            transaction.on_commit(
+                lambda: retirement_announced.send(sender=ModelVersion, model=scheduled),
+                robust=True,
+            )
+    return scheduled
 
 
 def model_retire_now(

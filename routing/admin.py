@@ -19,6 +19,7 @@ from routing.models import (
     ApiKey,
     Job,
     LedgerEntry,
+    Notice,
     PoolLoad,
     QuotaPackage,
     QuotaReservation,
@@ -81,7 +82,7 @@ class RouterTryForm(forms.Form):
 
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
-    list_display = ["name", "auto_migrate", "created_at", "keys", "try_router"]
+    list_display = ["name", "auto_migrate", "webhook_url", "created_at", "keys", "try_router"]
     search_fields = ["name"]
     list_filter = ["auto_migrate"]
     inlines = [ApiKeyInline, QuotaPackageInline]
@@ -273,6 +274,46 @@ class QuotaReservationAdmin(ReadOnlyAdmin):
 class RetirementApplicationAdmin(ReadOnlyAdmin):
     list_display = ["applied_at", "package", "model", "policy", "successor", "detail"]
     list_filter = ["policy", "model"]
+
+
+@admin.register(Notice)
+class NoticeAdmin(ReadOnlyAdmin):
+    """Who was told what, and whether their webhook got it."""
+
+    list_display = [
+        "created_at",
+        "account",
+        "model",
+        "retires_on",
+        "successor",
+        "delivery",
+        "attempts",
+        "last_attempt_at",
+        "last_error",
+    ]
+    list_filter = ["delivery", "model"]
+    search_fields = ["account__name", "model__slug"]
+    actions = ["retry_delivery"]
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_staff  # for the action; fields stay read-only
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Notice._meta.fields]
+
+    @admin.action(description="Deliver again (failed or pending webhooks)")
+    def retry_delivery(self, request, queryset):
+        from routing.notices import send_delivery
+
+        ids = list(
+            queryset.exclude(account__webhook_url="")
+            .exclude(delivery=Notice.Delivery.DELIVERED)
+            .values_list("pk", flat=True)
+        )
+        Notice.objects.filter(pk__in=ids).update(delivery=Notice.Delivery.PENDING, attempts=0)
+        for notice_id in ids:
+            send_delivery(notice_id)
+        self.message_user(request, f"Sent {len(ids)} notice(s) again.", level=messages.SUCCESS)
 
 
 @admin.register(PoolLoad)

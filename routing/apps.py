@@ -7,8 +7,12 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing, accounts and quota"
 
     def ready(self) -> None:
-        from catalog.lifecycle import model_retired
+        from catalog.lifecycle import model_retired, retirement_announced
         from routing import schema  # noqa: F401  (registers the OpenAPI auth scheme)
+        from routing.notices import on_retirement_announced
         from routing.retirement import on_model_retired
 
         model_retired.connect(on_model_retired, dispatch_uid="routing-quota-on-retirement")
+        # Retired now: the affected accounts hear of it too.
+        model_retired.connect(on_retirement_announced, dispatch_uid="routing-notice-retired")
+        retirement_announced.connect(on_retirement_announced, dispatch_uid="routing-notices")

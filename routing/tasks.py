@@ -7,6 +7,12 @@ from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from routing.jobs import job_finish, job_run, jobs_sweep
+from routing.notices import (
+    WEBHOOK_MAX_ATTEMPTS,
+    WebhookError,
+    notice_deliver,
+    notices_announce_due,
+)
 from routing.quota import quota_reset_due
 from routing.retirement import retirements_apply_due
 
@@ -72,3 +78,33 @@ def apply_retirements() -> dict:
     """The retirement day's quota policies (beat, every minute; idempotent, resumable)."""
     _reset_connections()
     return retirements_apply_due()
+
+
+@shared_task(name="routing.announce_notices", ignore_result=True, **RETRY)
+def announce_notices() -> int:
+    """Notices for announced retirements not yet told (beat, every minute)."""
+    _reset_connections()
+    return notices_announce_due()
+
+
+@shared_task(
+    name="routing.deliver_notice",
+    bind=True,
+    ignore_result=True,
+    max_retries=WEBHOOK_MAX_ATTEMPTS - 1,
+)
+def deliver_notice(self, notice_id: str) -> None:
+    """POST a notice to the account's webhook; retried with backoff and jitter, then
+    marked failed (the admin shows the state, the API keeps the notice)."""
+    _reset_connections()
+    final = self.request.retries >= self.max_retries
+    try:
+        notice_deliver(notice_id, final=final)
+    except WebhookError as exc:
+        raise self.retry(exc=exc, countdown=backoff_seconds(self.request.retries)) from exc
+
+
+def backoff_seconds(retries: int) -> float:
+    import random
+
+    return min(600.0, 5.0 * 2**retries) * random.uniform(0.5, 1.0)

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import generics, status
+from rest_framework import generics, serializers, status
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
@@ -29,7 +29,8 @@ from routing.jobs import (
     sim_scale,
     synthetic_output,
 )
-from routing.models import Job, QuotaPackage
+from routing.models import Job, Notice, QuotaPackage
+from routing.notices import notice_json
 from routing.quota import QuotaExhausted
 from routing.quotes import AutoNeedsTask, Quote, quote_build
 from routing.router import Candidate, RouteRequest
@@ -232,11 +233,21 @@ def refuse(quote: Quote, request) -> Problem:
 def lifecycle_headers(quote: Quote, request) -> dict[str, str]:
     if quote.resolved is None:
         return {}
-    model = quote.resolved.model
+    return client_deprecation_headers(quote.resolved.model, request, quote.at)
+
+
+def client_deprecation_headers(model, request, at=None) -> dict[str, str]:
+    """The catalog's Deprecation/Sunset/successor Link, plus, for a client, a
+    rel="deprecation" link to its notices about the model (date, successor, quota)."""
     succ = model.successor.slug if model.successor_id else None
-    return lifecycle.deprecation_headers(
-        model, successor_url=model_url(request, succ) if succ else None, at=quote.at
+    headers = lifecycle.deprecation_headers(
+        model, successor_url=model_url(request, succ) if succ else None, at=at
     )
+    if headers:
+        notices = request.build_absolute_uri(f"{reverse('notice-list')}?model={model.slug}")
+        link = f'<{notices}>; rel="deprecation"; type="application/json"'
+        headers["Link"] = f"{headers['Link']}, {link}" if "Link" in headers else link
+    return headers
 
 
 def _money(value) -> str | None:
@@ -476,12 +487,7 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
         job = Job.objects.select_related("model", "tier", "pool", "package").get(pk=sub.job.pk)
         headers = {"Location": reverse("job-detail", args=[job.pk], request=request)}
         if sub.created:
-            succ = job.model.successor.slug if job.model.successor_id else None
-            headers.update(
-                lifecycle.deprecation_headers(
-                    job.model, successor_url=model_url(request, succ) if succ else None
-                )
-            )
+            headers.update(client_deprecation_headers(job.model, request))
         else:
             headers["Idempotent-Replayed"] = "true"
         code = status.HTTP_202_ACCEPTED if sub.created else status.HTTP_200_OK
@@ -556,3 +562,40 @@ class JobCancelView(ClientAPIView):
                 detail=str(exc),
             ) from exc
         return Response(job_json(_own_job(self.account, job.pk)))
+
+
+class NoticeSerializer(serializers.Serializer):
+    """Documents a notice (built by routing.notices.notice_json)."""
+
+    id = serializers.UUIDField()
+    object = serializers.CharField(default="notice")
+    kind = serializers.CharField()
+    model = serializers.CharField()
+    retires_on = serializers.DateField()
+    announced_on = serializers.DateField()
+    successor = serializers.CharField(allow_null=True)
+    successor_tier = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+    your_usage = serializers.DictField()
+    quota = serializers.ListField(child=serializers.DictField())
+    created_at = serializers.DateTimeField()
+    delivery = serializers.ChoiceField(choices=Notice.Delivery.values)
+
+
+class NoticeListView(ClientAPIView, generics.GenericAPIView):
+    """Notices for the account (retirements that affect it: date, successor, what
+    becomes of its quota), newest first; `model` filters."""
+
+    pagination_class = JobCursorPagination
+
+    @extend_schema(
+        parameters=[OpenApiParameter("model", str, description="Model slug.")],
+        responses=NoticeSerializer(many=True),
+    )
+    def get(self, request):
+        qs = Notice.objects.filter(account=self.account).select_related("model")
+        model = request.query_params.get("model")
+        if model:
+            qs = qs.filter(model__slug=model)
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response([notice_json(n) for n in page])
