@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from catalog import lifecycle
@@ -110,6 +111,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
         "retires_on",
         "successor",
         "successor_tier",
+        "impact_link",
     ]
     list_filter = [StatusFilter, "family", "vendor", "kind"]
     list_select_related = ["family", "successor", "successor_tier"]
@@ -168,6 +170,15 @@ class ModelVersionAdmin(admin.ModelAdmin):
             status,
             status,
         )
+
+    @admin.display(description="impact")
+    def impact_link(self, obj: ModelVersion):
+        # The impact view lives with the usage data (routing); found by URL name only.
+        try:
+            url = reverse("admin:routing_retirement_impact", args=[obj.slug])
+        except NoReverseMatch:
+            return "-"
+        return format_html('<a href="{}">impact</a>', url)
 
     def save_model(self, request, obj, form, change):
         # Lifecycle fields go through the service so the history records them.

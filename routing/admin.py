@@ -10,6 +10,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing import quota
 from routing.jobs import JobNotCancellable, job_cancel
@@ -348,6 +349,46 @@ class JobAdmin(ReadOnlyAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Job._meta.fields]
+
+    def get_urls(self):
+        return [
+            path(
+                "impact/<str:slug>/",
+                self.admin_site.admin_view(self.impact_view),
+                name="routing_retirement_impact",
+            )
+        ] + super().get_urls()
+
+    def impact_view(self, request, slug: str):
+        """Retirement impact of a model: users, migration replay, capacity, chart."""
+        from catalog.models import ModelVersion, Tier
+        from routing.impact import impact_chart, retirement_impact
+
+        model = ModelVersion.objects.filter(slug=slug).first()
+        if model is None:
+            self.message_user(request, f"No model {slug!r}.", level=messages.ERROR)
+            return TemplateResponse(
+                request,
+                "admin/routing/impact.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Retirement impact",
+                    "impact": None,
+                },
+            )
+        successor = ModelVersion.objects.filter(slug=request.GET.get("successor") or "").first()
+        tier = Tier.objects.filter(slug=request.GET.get("tier") or "").first()
+        impact = retirement_impact(model=model, successor=successor, tier=tier)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Retirement impact: {model.slug}",
+            "impact": impact,
+            "chart": impact_chart(impact) if impact.accounts else None,
+            "models": ModelVersion.objects.order_by("slug"),
+            "tiers": Tier.objects.all(),
+            "status": lifecycle.model_status(model),
+        }
+        return TemplateResponse(request, "admin/routing/impact.html", context)
 
     @admin.action(description="Cancel selected jobs (release their quota)")
     def cancel_jobs(self, request, queryset):

@@ -206,7 +206,7 @@ def route(
             except simengine.SimEngineError as exc:
                 cand.reason = f"cannot run: {exc}"
                 continue
-            cand.prediction = _prediction_summary(pred)
+            cand.prediction = prediction_summary(pred)
             cand.total_seconds = pred.total_seconds
             expected_seconds = pred.total_seconds
             if quality:
@@ -245,7 +245,7 @@ def route(
     return _decide(candidates, packages, fits_somewhere, quality)
 
 
-def _prediction_summary(pred: simengine.Prediction) -> dict:
+def prediction_summary(pred: simengine.Prediction) -> dict:
     return {
         "queue_seconds": pred.queue_seconds,
         "ttft_seconds": pred.ttft_seconds,

@@ -1,0 +1,269 @@
+"""What retiring a model does to the people using it: who used it (30 days before the
+retirement, or before now), what moving them to the successor costs in latency and
+credits (their recent traffic replayed on the successor with the engine), and whether
+the successor's pool has room (utilisation before and after, wafers freed)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db.models import Count, Sum
+from django.utils import timezone
+
+import simengine
+from catalog import lifecycle
+from catalog.engine import engine_deployment, model_spec
+from catalog.models import Deployment, ModelVersion, Price, Tier
+from routing.models import Job, QuotaPackage
+from routing.selectors import pool_loads
+
+WINDOW = dt.timedelta(days=30)
+
+
+@dataclass
+class AccountImpact:
+    account: str
+    jobs: int
+    output_tokens: int
+    latency_before: float  # mean simulated seconds per job, as served
+    latency_after: float  # the same jobs on the successor's tier
+    cost_before: Decimal
+    cost_after: Decimal
+
+    @property
+    def latency_change(self) -> float:
+        return self.latency_after / self.latency_before - 1 if self.latency_before else 0.0
+
+    @property
+    def cost_change(self) -> float:
+        return float(self.cost_after / self.cost_before - 1) if self.cost_before else 0.0
+
+
+@dataclass
+class Impact:
+    model: ModelVersion
+    successor: ModelVersion | None
+    tier: Tier | None
+    window_start: dt.datetime
+    window_end: dt.datetime
+    accounts: list[AccountImpact] = field(default_factory=list)
+    packages: list[QuotaPackage] = field(default_factory=list)
+    pool: str = ""
+    utilisation_before: float = 0.0
+    utilisation_after: float = 0.0
+    wafers_freed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.utilisation_after < 0.85
+
+    @property
+    def utilisation_before_pct(self) -> float:
+        return 100 * self.utilisation_before
+
+    @property
+    def utilisation_after_pct(self) -> float:
+        return 100 * self.utilisation_after
+
+
+def retirement_impact(
+    *,
+    model: ModelVersion,
+    successor: ModelVersion | None = None,
+    tier: Tier | None = None,
+    at: dt.datetime | None = None,
+) -> Impact:
+    at = at or timezone.now()
+    if successor is None and model.successor_id:
+        successor = lifecycle.resolve_successor(model, at).model
+        if successor.pk == model.pk:
+            successor = None
+    tier = tier or model.successor_tier or Tier.objects.filter(slug="standard").first()
+    end = min(at, lifecycle.day_start(model.retires_on)) if model.retires_on else at
+    impact = Impact(model, successor, tier, end - WINDOW, end)
+    jobs = Job.objects.filter(model=model, created_at__gte=impact.window_start, created_at__lt=end)
+    impact.packages = list(
+        QuotaPackage.objects.filter(scope=QuotaPackage.Scope.MODELS, model_versions=model)
+        .select_related("account", "migrate_tier")
+        .order_by("account__name", "name")
+    )
+    impact.wafers_freed = _wafers_freed(model)
+    if successor is None:
+        impact.notes.append("No successor: nothing to replay.")
+    target = (
+        Deployment.objects.select_related("pool", "tier").filter(model=successor, tier=tier).first()
+        if successor
+        else None
+    )
+    if successor and target is None:
+        impact.notes.append(f"{successor.slug} has no {tier.slug} tier: nothing to replay.")
+    price = Price.objects.filter(model=successor, tier=tier).first() if target else None
+
+    # Replay by (account, shape): the engine prices and times each distinct shape once.
+    shapes = (
+        jobs.values("account__name", "input_tokens", "output_tokens", "turns", "tool_seconds")
+        .annotate(n=Count("id"), cost=Sum("cost"), before=Sum("predicted_cost"))
+        .order_by("account__name")
+    )
+    per_account: dict[str, dict] = defaultdict(
+        lambda: {
+            "jobs": 0,
+            "tokens": 0,
+            "t_before": 0.0,
+            "t_after": 0.0,
+            "c_before": Decimal(0),
+            "c_after": Decimal(0),
+        }
+    )
+    served_time = _served_times(jobs)
+    demand = 0.0  # stream-seconds the replayed traffic needs on the successor's pool
+    for row in shapes:
+        acc = per_account[row["account__name"]]
+        n = row["n"]
+        acc["jobs"] += n
+        acc["tokens"] += n * row["output_tokens"]
+        acc["c_before"] += row["cost"] if row["cost"] is not None else row["before"]
+        key = (
+            row["account__name"],
+            row["input_tokens"],
+            row["output_tokens"],
+            row["turns"],
+            row["tool_seconds"],
+        )
+        acc["t_before"] += served_time.get(key, 0.0)
+        if target is None or price is None:
+            continue
+        task = simengine.TaskProfile(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            turns=row["turns"],
+            tool_seconds=row["tool_seconds"],
+        )
+        try:
+            pred = simengine.predict(
+                model_spec(successor),
+                engine_deployment(target.pool, tier.slug),
+                task,
+                breakdown=False,
+            )
+        except simengine.SimEngineError as exc:
+            impact.notes.append(f"{row['account__name']}: cannot run on {successor.slug}: {exc}")
+            continue
+        acc["t_after"] += n * pred.total_seconds
+        acc["c_after"] += (
+            n
+            * (
+                row["input_tokens"] * price.input_per_million
+                + row["output_tokens"] * price.output_per_million
+            )
+            / Decimal(1_000_000)
+        )
+        demand += n * pred.total_seconds / max(1, pred.stream_capacity)
+    for name, acc in sorted(per_account.items(), key=lambda kv: -kv[1]["jobs"]):
+        impact.accounts.append(
+            AccountImpact(
+                account=name,
+                jobs=acc["jobs"],
+                output_tokens=acc["tokens"],
+                latency_before=acc["t_before"] / acc["jobs"],
+                latency_after=acc["t_after"] / acc["jobs"] if acc["t_after"] else 0.0,
+                cost_before=acc["c_before"].quantize(Decimal("0.01")),
+                cost_after=acc["c_after"].quantize(Decimal("0.01")),
+            )
+        )
+    if target is not None:
+        impact.pool = target.pool.slug
+        impact.utilisation_before = pool_loads().get(target.pool_id, 0.0)
+        seconds = WINDOW.total_seconds()
+        impact.utilisation_after = impact.utilisation_before + demand / seconds
+    return impact
+
+
+def _served_times(jobs) -> dict[tuple, float]:
+    """Total simulated seconds per (account, shape) as the jobs were served."""
+    out: dict[tuple, float] = defaultdict(float)
+    for j in jobs.values(
+        "account__name",
+        "input_tokens",
+        "output_tokens",
+        "turns",
+        "tool_seconds",
+        "simulated",
+        "predicted",
+    ):
+        timings = j["simulated"] or j["predicted"] or {}
+        key = (
+            j["account__name"],
+            j["input_tokens"],
+            j["output_tokens"],
+            j["turns"],
+            j["tool_seconds"],
+        )
+        out[key] += float(timings.get("total_seconds", 0.0))
+    return out
+
+
+def _wafers_freed(model: ModelVersion) -> int:
+    """Wafers the retired model's wafer deployments hold (freed on retirement)."""
+    freed = 0
+    for d in Deployment.objects.filter(model=model, pool__device="wse-3").select_related(
+        "pool", "tier"
+    ):
+        try:
+            place = simengine.placement(model_spec(model), "wse-3", d.pool.nodes)
+        except simengine.SimEngineError:
+            continue
+        freed += (place.wafers_per_replica or 0) * (place.replicas or 0)
+    return freed
+
+
+def impact_chart(impact: Impact) -> str:
+    """A PNG (as a data: URI) of latency and cost per account, before and after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = impact.accounts[:20]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 1.4 + 0.35 * max(1, len(rows))), sharey=True)
+    ys = list(range(len(rows)))[::-1]
+    names = [r.account for r in rows]
+    h = 0.38
+    succ = impact.successor.slug if impact.successor else "successor"
+    for ax, before, after, title in (
+        (
+            ax1,
+            [r.latency_before for r in rows],
+            [r.latency_after for r in rows],
+            "Mean job time (s)",
+        ),
+        (
+            ax2,
+            [float(r.cost_before) for r in rows],
+            [float(r.cost_after) for r in rows],
+            "Credits, 30 days",
+        ),
+    ):
+        ax.barh([y + h / 2 for y in ys], before, h, label=impact.model.slug, color="#9aa5b1")
+        ax.barh(
+            [y - h / 2 for y in ys],
+            after,
+            h,
+            label=f"{succ} ({impact.tier.slug if impact.tier else ''})",
+            color="#d8843b",
+        )
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    ax1.set_yticks(ys, names, fontsize=8)
+    ax1.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()

@@ -1,0 +1,89 @@
+"""The retirement impact view: Spark's users after a few weeks of replayed traffic."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from catalog.models import HardwarePool, ModelVersion
+from routing import quota
+from routing.impact import impact_chart, retirement_impact
+from routing.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def spark_traffic(builtin_catalog):
+    out = StringIO()
+    call_command("demo_traffic", "--jobs", "120", stdout=out)
+    assert "Replayed 120 jobs on gpt-5.3-codex-spark from 6 accounts" in out.getvalue()
+    return ModelVersion.objects.get(slug="gpt-5.3-codex-spark")
+
+
+def test_demo_traffic_lands_in_the_weeks_before_the_retirement(spark_traffic):
+    jobs = Job.objects.filter(model=spark_traffic)
+    assert jobs.count() == 120 and set(jobs.values_list("status", flat=True)) == {"succeeded"}
+    first, last = jobs.order_by("created_at").first(), jobs.order_by("created_at").last()
+    assert (
+        str(last.created_at.date()) <= "2026-09-18" and str(first.created_at.date()) >= "2026-08-28"
+    )
+    assert quota.ledger_mismatches() == []
+
+
+def test_impact_lists_users_and_replays_them_on_sol_ultrafast(spark_traffic):
+    impact = retirement_impact(model=spark_traffic)
+    assert impact.successor.slug == "gpt-5.6-sol" and impact.tier.slug == "ultrafast"
+    assert [a.account for a in impact.accounts][:2] == ["acme-robotics", "initech"]
+    assert sum(a.jobs for a in impact.accounts) == 120
+    acme = impact.accounts[0]
+    # Sol Ultrafast streams a bit slower than Spark and costs far more per token.
+    assert 0.8 < acme.latency_after / acme.latency_before < 1.5
+    assert acme.cost_after > 5 * acme.cost_before
+    assert len(impact.packages) == 6
+    assert impact.pool == "cs3-ultrafast" and impact.wafers_freed == 8
+    assert impact.utilisation_after > impact.utilisation_before
+    assert impact_chart(impact).startswith("data:image/png;base64,")
+
+
+def test_capacity_check_flags_a_busy_successor_pool(spark_traffic):
+    from routing.models import PoolLoad
+
+    assert retirement_impact(model=spark_traffic).fits
+    PoolLoad.objects.create(
+        pool=HardwarePool.objects.get(slug="cs3-ultrafast"), background_utilisation=0.9
+    )
+    impact = retirement_impact(model=spark_traffic)
+    assert impact.utilisation_before == pytest.approx(0.9) and not impact.fits
+
+
+def test_another_successor_and_tier_can_be_simulated(spark_traffic):
+    terra = ModelVersion.objects.get(slug="gpt-5.6-terra")
+    from catalog.models import Tier
+
+    impact = retirement_impact(
+        model=spark_traffic, successor=terra, tier=Tier.objects.get(slug="priority")
+    )
+    assert impact.pool == "h200-main" and impact.accounts[0].latency_after > 0
+
+
+def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_client, spark_traffic):
+    html = admin_client.get("/admin/routing/job/impact/gpt-5.3-codex-spark/").content.decode()
+    for marker in (
+        'id="impact-accounts"',
+        'id="impact-chart"',
+        'id="impact-capacity"',
+        'id="impact-packages"',
+        "acme-robotics",
+        "wafers freed",
+    ):
+        assert marker in html
+    page = admin_client.get("/admin/catalog/modelversion/").content.decode()
+    assert "/admin/routing/job/impact/gpt-5.3-codex-spark/" in page
+
+
+def test_demo_traffic_refuses_bad_input(builtin_catalog):
+    with pytest.raises(CommandError, match="Unknown model"):
+        call_command("demo_traffic", "--model", "gpt-9", stdout=StringIO())
+    with pytest.raises(CommandError, match="--jobs must be"):
+        call_command("demo_traffic", "--jobs", "0", stdout=StringIO())
