@@ -138,6 +138,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
                     "retires_on",
                     "successor",
                     "successor_tier",
+                    "in_flight_on_retirement",
                 ]
             },
         ),

@@ -125,6 +125,16 @@ class ModelVersion(models.Model):
     kv_bytes_per_token = models.PositiveIntegerField()
     architecture_is_estimate = models.BooleanField(default=True)
 
+    class InFlight(models.TextChoices):
+        FINISH = "finish", "Accepted jobs finish on it"
+        REROUTE = "reroute", "Jobs not yet started move to the successor"
+
+    in_flight_on_retirement = models.CharField(
+        max_length=8,
+        choices=InFlight.choices,
+        default=InFlight.FINISH,
+        help_text="On the retirement day: what happens to jobs accepted but not yet started.",
+    )
     estimated_fields = models.JSONField(
         default=list, blank=True, help_text="Names of fields whose values are estimates."
     )

@@ -19,7 +19,7 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import Deployment, ModelVersion, Price, Tier
-from routing.models import Job, QuotaPackage
+from routing.models import Job, Notice, QuotaPackage
 from routing.selectors import pool_loads
 
 WINDOW = dt.timedelta(days=30)
@@ -57,6 +57,7 @@ class Impact:
     utilisation_before: float = 0.0
     utilisation_after: float = 0.0
     wafers_freed: int = 0
+    notices: dict[str, int] = field(default_factory=dict)  # delivery state -> count
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -94,6 +95,9 @@ def retirement_impact(
         .order_by("account__name", "name")
     )
     impact.wafers_freed = _wafers_freed(model)
+    impact.notices = dict(
+        Notice.objects.filter(model=model).values_list("delivery").annotate(n=Count("id"))
+    )
     if successor is None:
         impact.notes.append("No successor: nothing to replay.")
     target = (

@@ -286,7 +286,7 @@ def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
             job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
             job.attempts += 1
             job.save(update_fields=["status", "error", "finished_at", "attempts"])
-            quota.quota_release(reference=f"job:{job.pk}", now=at)
+            quota.quota_release(reference=job.reservation.reference, now=at)
             return job
         # One slot booking at a time per pool: lock the pool row (PostgreSQL).
         HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
@@ -324,7 +324,7 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
         if job is None:
             return None
         reservation = quota.quota_settle(
-            reference=f"job:{job.pk}", actual=job.predicted_cost, now=at
+            reference=job.reservation.reference, actual=job.predicted_cost, now=at
         )
         job.status = Job.Status.SUCCEEDED
         job.finished_at = at
@@ -345,7 +345,7 @@ def job_cancel(*, job: Job, at: dt.datetime | None = None) -> Job:
             raise JobNotCancellable(f"Job {locked.pk} has already {locked.status}.")
         if locked.status == Job.Status.RUNNING and locked.finishes_at and locked.finishes_at <= at:
             raise JobNotCancellable(f"Job {locked.pk} has finished; it is being settled.")
-        quota.quota_release(reference=f"job:{locked.pk}", now=at)
+        quota.quota_release(reference=locked.reservation.reference, now=at)
         locked.status = Job.Status.CANCELLED
         locked.cancelled_at = locked.finished_at = at
         locked.cost = Decimal(0)

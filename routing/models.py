@@ -305,6 +305,9 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    rerouted_from = models.CharField(
+        max_length=80, blank=True, help_text="The retired model this job was moved from."
+    )
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)

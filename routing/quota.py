@@ -454,7 +454,9 @@ def ledger_mismatches(packages: Iterable[int] | None = None) -> list[dict]:
     bad = []
     for p in qs:
         row = sums.get(p.pk, {"reserved": ZERO, "spent": ZERO})
-        if (row["reserved"] or ZERO) != p.reserved or (row["spent"] or ZERO) != p.spent:
+        # SQLite sums decimals in floating point: compare at the ledger's precision.
+        reserved, spent = credits(row["reserved"] or ZERO), credits(row["spent"] or ZERO)
+        if reserved != p.reserved or spent != p.spent:
             bad.append(
                 {
                     "package": p.pk,

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing.models import LedgerEntry, QuotaPackage, RetirementApplication
+from routing.models import Job, LedgerEntry, QuotaPackage, RetirementApplication
 from routing.quota import credits
 
 
@@ -101,7 +101,7 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
     """The retirement day's quota work for every retired model with tied packages not
     yet handled (beat, every minute; also the admin's retire-now)."""
     at = at or timezone.now()
-    totals = {"models": 0, "applied": 0}
+    totals = {"models": 0, "applied": 0, "rerouted": 0}
     through = QuotaPackage.model_versions.through.objects.filter(
         quotapackage__scope=QuotaPackage.Scope.MODELS
     )
@@ -114,6 +114,13 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
         result = quota_apply_retirement(model=model, at=at)
         totals["models"] += 1
         totals["applied"] += result["applied"]
+    # Jobs not yet started on models that re-route them (retired ones only).
+    rerouting = ModelVersion.objects.filter(
+        lifecycle.status_q(lifecycle.RETIRED, at),
+        in_flight_on_retirement=ModelVersion.InFlight.REROUTE,
+        jobs__status=Job.Status.QUEUED,
+    ).distinct()
+    totals["rerouted"] = sum(jobs_reroute(model=m, at=at)["rerouted"] for m in rerouting)
     return totals
 
 
@@ -146,6 +153,82 @@ def package_retirements(package: QuotaPackage, at: dt.datetime) -> list[dict]:
 
 
 def on_model_retired(sender, model: ModelVersion, **kwargs) -> None:
-    """Retire-now in the admin applies the quota policies at once (beat would within a
-    minute anyway)."""
+    """Retire-now in the admin applies the day's work at once (beat would within a
+    minute anyway): quota policies, then re-routing where the model's policy says so."""
     quota_apply_retirement(model=model)
+    jobs_reroute(model=model)
+
+
+def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
+    """On the day, for a model whose policy says so: jobs accepted but not yet started
+    move to the successor (re-routed and re-reserved in one transaction each). Running
+    jobs finish where they are; a job the successor cannot take (deadline, quota) stays
+    and finishes on the retired model. Idempotent: only queued jobs still on the retired
+    model are touched."""
+    from routing.jobs import wall
+    from routing.quota import account_packages, quota_release, quota_reserve_for
+    from routing.router import RouteRequest, route
+    from routing.selectors import model_option, pool_loads
+
+    at = at or timezone.now()
+    done = {"rerouted": 0, "kept": 0}
+    if model.in_flight_on_retirement != ModelVersion.InFlight.REROUTE:
+        return done
+    res = lifecycle.resolve_successor(model, at)
+    if res.model.pk == model.pk or lifecycle.model_status(model, at) != lifecycle.RETIRED:
+        return done
+    successor, option = res.model, model_option(res.model)
+    loads = pool_loads()
+    for job_id in Job.objects.filter(model=model, status=Job.Status.QUEUED).values_list(
+        "pk", flat=True
+    ):
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update(of=("self",))
+                .filter(pk=job_id, model=model, status=Job.Status.QUEUED)
+                .select_related("reservation")
+                .first()
+            )
+            if job is None:
+                continue
+            request = RouteRequest(
+                input_tokens=job.input_tokens,
+                output_tokens=job.output_tokens,
+                turns=job.turns,
+                tool_seconds=job.tool_seconds,
+                deadline_seconds=job.deadline_seconds,
+                max_cost=job.max_cost,
+                tier=res.tier.slug if res.tier else None,
+            )
+            decision = route(
+                request,
+                models=[option],
+                packages=account_packages(job.account_id),
+                loads=loads,
+                now=at,
+            )
+            c = decision.chosen
+            if c is None:
+                done["kept"] += 1
+                continue
+            quota_release(reference=job.reservation.reference, now=at)
+            reservation = quota_reserve_for(
+                account=job.account_id,
+                model_id=successor.pk,
+                family_id=successor.family_id,
+                tier_id=c.tier_id,
+                amount=c.cost,
+                reference=f"job:{job.pk}:to:{successor.slug}",
+                at=at,
+                note=f"job {job.pk} re-routed from {model.slug}",
+            )
+            job.rerouted_from = model.slug
+            job.model, job.tier_id, job.pool_id = successor, c.tier_id, c.pool_id
+            job.predicted, job.predicted_cost = c.prediction, c.cost
+            job.predicted_start_at = at + wall(c.prediction["queue_seconds"])
+            job.predicted_completion_at = at + wall(c.prediction["total_seconds"])
+            job.slot_share = 1.0 / max(1, c.prediction["stream_capacity"])
+            job.reservation, job.package_id = reservation, reservation.package_id
+            job.save()
+            done["rerouted"] += 1
+    return done

@@ -18,6 +18,7 @@ def spark_traffic(builtin_catalog):
     out = StringIO()
     call_command("demo_traffic", "--jobs", "120", stdout=out)
     assert "Replayed 120 jobs on gpt-5.3-codex-spark from 6 accounts" in out.getvalue()
+    assert "Recorded 6 retirement notice(s)" in out.getvalue()
     return ModelVersion.objects.get(slug="gpt-5.3-codex-spark")
 
 
@@ -76,6 +77,7 @@ def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_cli
         'id="impact-packages"',
         "acme-robotics",
         "wafers freed",
+        'id="impact-notices">6 none',
     ):
         assert marker in html
     page = admin_client.get("/admin/catalog/modelversion/").content.decode()

@@ -77,7 +77,7 @@ def test_applying_twice_changes_nothing(account):
     pkg.refresh_from_db()
     limit = pkg.limit
     assert retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))["already"] == 0
-    assert retirement.retirements_apply_due() == {"models": 0, "applied": 0}
+    assert retirement.retirements_apply_due() == {"models": 0, "applied": 0, "rerouted": 0}
     pkg.refresh_from_db()
     assert pkg.limit == limit
     assert LedgerEntry.objects.filter(package=pkg, kind="retirement").count() == 1
@@ -131,7 +131,11 @@ def test_the_policy_and_date_show_before_the_day(api, account):
         "policy": "migrate",
         "applied_at": None,
     }
-    assert retirement.retirements_apply_due() == {"models": 0, "applied": 0}  # not yet
+    assert retirement.retirements_apply_due() == {
+        "models": 0,
+        "applied": 0,
+        "rerouted": 0,
+    }  # not yet
 
 
 def test_retire_now_applies_the_policies_at_once(account, django_capture_on_commit_callbacks):
@@ -153,5 +157,5 @@ def test_the_beat_task_applies_due_retirements(account):
     from routing.tasks import apply_retirements
 
     _with_policy(account, "keep")
-    assert apply_retirements.apply().get() == {"models": 1, "applied": 1}
-    assert apply_retirements.apply().get() == {"models": 0, "applied": 0}
+    assert apply_retirements.apply().get() == {"models": 1, "applied": 1, "rerouted": 0}
+    assert apply_retirements.apply().get() == {"models": 0, "applied": 0, "rerouted": 0}

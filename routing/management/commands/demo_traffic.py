@@ -17,6 +17,7 @@ from routing import quota
 from routing.jobs import fingerprint
 from routing.keys import account_create
 from routing.models import Account, Job, QuotaPackage
+from routing.notices import notices_announce
 from routing.router import RouteRequest, TierOption, prediction_summary, task_cost
 
 PROFILES = [  # (name, share of jobs, typical shape)
@@ -100,6 +101,10 @@ class Command(BaseCommand):
             f"Replayed {made} jobs on {model.slug} from {len(PROFILES)} accounts "
             f"({start:%Y-%m-%d} to {end:%Y-%m-%d})."
         )
+        # If its retirement is announced, the demo accounts hear of it like real ones.
+        told = notices_announce(model=model)
+        if told:
+            self.stdout.write(f"Recorded {told} retirement notice(s) for the affected accounts.")
 
     @transaction.atomic
     def _replay(self, account, model, deployment, option, spec, shape, when) -> int:
