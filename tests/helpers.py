@@ -26,3 +26,23 @@ GDPVAL = {
     "turns": 30,
     "tool_seconds": 15,
 }
+
+
+def tier_option(slug, rank, pool_id, device, nodes, price_in, price_out, **kw):
+    """A router TierOption for pure router/planner tests (no database)."""
+    from decimal import Decimal
+
+    import simengine
+    from routing.router import TierOption
+
+    return TierOption(
+        tier=slug,
+        tier_id=rank + 1,
+        rank=rank,
+        pool=f"pool-{pool_id}",
+        pool_id=pool_id,
+        deployment=simengine.Deployment(device=device, nodes=nodes, tier=slug),
+        price_input=Decimal(price_in),
+        price_output=Decimal(price_out),
+        **kw,
+    )

@@ -14,22 +14,13 @@ import pytest
 import simengine
 from routing.planner import BatchGroup, Plan, PlanError, plan_batch
 from routing.router import ModelOption, RouteRequest, TierOption, task_cost
+from tests.helpers import tier_option
 
 SPECS = simengine.load_catalog_models("catalog/data/catalog.toml")
 GPU, WAFER = 1, 2
 
 
-def tier(slug, rank, pool_id, device, nodes, price_in, price_out):
-    return TierOption(
-        tier=slug,
-        tier_id=rank + 1,
-        rank=rank,
-        pool=f"pool-{pool_id}",
-        pool_id=pool_id,
-        deployment=simengine.Deployment(device=device, nodes=nodes, tier=slug),
-        price_input=Decimal(price_in),
-        price_output=Decimal(price_out),
-    )
+tier = tier_option
 
 
 def sol() -> ModelOption:

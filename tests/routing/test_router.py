@@ -8,23 +8,13 @@ import pytest
 import simengine
 from routing.quota import PackageView
 from routing.router import Benchmark, ModelOption, RouteRequest, TierOption, route, success_rate
+from tests.helpers import tier_option
 
 NOW = dt.datetime(2026, 12, 2, 12, tzinfo=dt.UTC)
 SPECS = simengine.load_catalog_models("catalog/data/catalog.toml")
 
 
-def tier(slug, rank, pool_id, device, nodes, price_in, price_out, **kw):
-    return TierOption(
-        tier=slug,
-        tier_id=rank + 1,
-        rank=rank,
-        pool=f"pool-{pool_id}",
-        pool_id=pool_id,
-        deployment=simengine.Deployment(device=device, nodes=nodes, tier=slug),
-        price_input=Decimal(price_in),
-        price_output=Decimal(price_out),
-        **kw,
-    )
+tier = tier_option
 
 
 def sol(**kw) -> ModelOption:
