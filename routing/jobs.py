@@ -176,11 +176,26 @@ def _lock_idempotency_key(account: Account, key: str) -> None:
         raise IntegrityError("idempotency key taken")  # finished meanwhile: replay it
 
 
+def placement_fields(c, reservation, at: dt.datetime) -> dict:
+    """Where a job runs and what it was promised, from the router's chosen candidate and
+    the reservation that pays for it (used when a job is created and when it is moved)."""
+    pred = c.prediction
+    return {
+        "tier_id": c.tier_id,
+        "pool_id": c.pool_id,
+        "predicted": pred,
+        "predicted_cost": c.cost,
+        "predicted_start_at": at + wall(pred["queue_seconds"]),
+        "predicted_completion_at": at + wall(pred["total_seconds"]),
+        "slot_share": 1.0 / max(1, pred["stream_capacity"]),
+        "reservation": reservation,
+        "package_id": reservation.package_id,
+    }
+
+
 def _create_job(
     job_id, account, payload, request, prompt, key, digest, q: Quote, model, reservation, at
 ) -> Job:
-    c = q.decision.chosen
-    pred = c.prediction
     return Job.objects.create(
         id=job_id,
         account=account,
@@ -189,8 +204,6 @@ def _create_job(
         requested_model=payload["model"],
         model=model,
         requested_tier=request.tier,
-        tier_id=c.tier_id,
-        pool_id=c.pool_id,
         input_tokens=request.input_tokens,
         output_tokens=request.output_tokens,
         turns=request.turns,
@@ -198,14 +211,8 @@ def _create_job(
         deadline_seconds=request.deadline_seconds,
         max_cost=request.max_cost,
         prompt=prompt,
-        predicted=pred,
-        predicted_cost=c.cost,
-        predicted_start_at=at + wall(pred["queue_seconds"]),
-        predicted_completion_at=at + wall(pred["total_seconds"]),
-        package_id=reservation.package_id,
-        reservation=reservation,
-        slot_share=1.0 / max(1, pred["stream_capacity"]),
         last_sent_at=at,
+        **placement_fields(q.decision.chosen, reservation, at),
     )
 
 

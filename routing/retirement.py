@@ -165,7 +165,7 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
     jobs finish where they are; a job the successor cannot take (deadline, quota) stays
     and finishes on the retired model. Idempotent: only queued jobs still on the retired
     model are touched."""
-    from routing.jobs import wall
+    from routing.jobs import placement_fields
     from routing.quota import account_packages, quota_release, quota_reserve_for
     from routing.router import RouteRequest, route
     from routing.selectors import model_option, pool_loads
@@ -223,12 +223,9 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
                 note=f"job {job.pk} re-routed from {model.slug}",
             )
             job.rerouted_from = model.slug
-            job.model, job.tier_id, job.pool_id = successor, c.tier_id, c.pool_id
-            job.predicted, job.predicted_cost = c.prediction, c.cost
-            job.predicted_start_at = at + wall(c.prediction["queue_seconds"])
-            job.predicted_completion_at = at + wall(c.prediction["total_seconds"])
-            job.slot_share = 1.0 / max(1, c.prediction["stream_capacity"])
-            job.reservation, job.package_id = reservation, reservation.package_id
+            job.model = successor
+            for name, value in placement_fields(c, reservation, at).items():
+                setattr(job, name, value)
             job.save()
             done["rerouted"] += 1
     return done
