@@ -202,6 +202,10 @@ CELERY_BEAT_SCHEDULE = {
     "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
     "apply-retirements": {"task": "routing.apply_retirements", "schedule": 60.0},
     "announce-notices": {"task": "routing.announce_notices", "schedule": 60.0},
+    "sweep-batches": {
+        "task": "routing.sweep_batches",
+        "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
+    },
     "sweep-jobs": {
         "task": "routing.sweep_jobs",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),

@@ -1,23 +1,48 @@
-"""Admin for accounts, keys, quota and pool load. Balance columns are read-only here:
-they change only through routing.quota (with a ledger row)."""
+"""Admin for accounts, keys, quota, pool load, jobs and batches. Balance columns are
+read-only here: they change only through routing.quota (with a ledger row). Batches and
+their files are written only by routing.batches; the admin watches them and its actions
+call the services."""
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import OuterRef, Subquery
+from django.http import FileResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing import quota
+from routing.batches import (
+    BatchError,
+    batch_cancel,
+    batch_progress,
+    batch_retry_failed,
+    parse_window,
+    schedule_check,
+    schedule_sync,
+)
 from routing.jobs import JobNotCancellable, job_cancel
 from routing.keys import api_key_create, api_key_revoke
 from routing.models import (
     Account,
     ApiKey,
+    Batch,
+    BatchRequest,
+    BatchSchedule,
+    File,
     Job,
     LedgerEntry,
     Notice,
@@ -29,6 +54,8 @@ from routing.models import (
 from routing.quotes import quote_build
 from routing.router import RouteRequest
 from routing.selectors import ModelNotServing, ModelRetired, ModelUnknown
+
+logger = logging.getLogger(__name__)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -403,3 +430,638 @@ class JobAdmin(ReadOnlyAdmin):
             self.message_user(request, f"Cancelled {done} job(s).", level=messages.SUCCESS)
         for msg in refused:
             self.message_user(request, msg, level=messages.WARNING)
+
+
+# --- Batches ----------------------------------------------------------------------------
+
+
+def _pct(part: int, total: int) -> str:
+    return f"{min(100.0, 100.0 * part / total):.1f}" if total else "0"
+
+
+def _progress_bar(total: int, done: int, failed: int):
+    """A small bar: done in green, failed in red, the rest grey."""
+    return format_html(
+        '<div style="display:flex;width:140px;height:8px;margin-top:3px;border-radius:2px;'
+        'overflow:hidden;background:#e4e4e4"><div style="width:{}%;background:#3c8f4f"></div>'
+        '<div style="width:{}%;background:#ba2121"></div></div>',
+        _pct(done, total),
+        _pct(failed, total),
+    )
+
+
+def _seconds(value) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _plan_lanes(batch: Batch) -> list[dict]:
+    lanes = (batch.plan or {}).get("lanes") if isinstance(batch.plan, dict) else None
+    return [x for x in lanes or [] if isinstance(x, dict)]
+
+
+def _file_links(f: File | None):
+    if f is None:
+        return "-"
+    return format_html(
+        '<a href="{}">{}</a> ({} lines, {} bytes) &middot; <a href="{}">download</a>',
+        reverse("admin:routing_file_change", args=[f.pk]),
+        f.id,
+        f"{f.lines:,}",
+        f"{f.bytes:,}",
+        reverse("admin:routing_file_download", args=[f.pk]),
+    )
+
+
+@admin.register(Batch)
+class BatchAdmin(ReadOnlyAdmin):
+    """Batches are written only by routing.batches (API, tasks, beat); the admin watches
+    them, and its actions cancel them or retry their failed requests through the
+    services. The change page stays read-only: saving the whole row could overwrite what
+    a running chain link just wrote."""
+
+    list_display = [
+        "id",
+        "account",
+        "status",
+        "progress",
+        "plan_tiers",
+        "predicted_finish_at",
+        "predicted_cost",
+        "cost",
+        "expires_at",
+        "created_at",
+    ]
+    list_filter = ["status", "account"]
+    search_fields = ["id", "metadata"]
+    date_hierarchy = "created_at"
+    list_select_related = ["account"]
+    actions = ["cancel_batches", "retry_failed"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "account",
+                    "status",
+                    "progress_detail",
+                    "endpoint",
+                    "completion_window",
+                    "metadata",
+                    "schedule",
+                    "scheduled_for",
+                    "retry_of",
+                    "retries_list",
+                ]
+            },
+        ),
+        ("Files and requests", {"fields": ["input_file", "result_files", "requests_link"]}),
+        (
+            "Plan and cost",
+            {
+                "fields": [
+                    "plan_table",
+                    "plan_summary",
+                    "predicted_finish_at",
+                    "predicted_cost",
+                    "cost",
+                ]
+            },
+        ),
+        (
+            "Timeline",
+            {
+                "fields": [
+                    "start_at",
+                    "expires_at",
+                    "created_at",
+                    "validated_at",
+                    "in_progress_at",
+                    "finalizing_at",
+                    "completed_at",
+                    "failed_at",
+                    "expired_at",
+                    "cancelling_at",
+                    "cancelled_at",
+                    "last_advanced_at",
+                    "next_advance_at",
+                ]
+            },
+        ),
+        ("Errors", {"fields": ["error_table"]}),
+        (
+            "Stored record",
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    "window_seconds",
+                    "total",
+                    "completed",
+                    "failed",
+                    "output_file",
+                    "error_file",
+                    "plan",
+                    "errors",
+                ],
+            },
+        ),
+    ]
+    computed_fields = [
+        "progress_detail",
+        "retries_list",
+        "result_files",
+        "requests_link",
+        "plan_table",
+        "plan_summary",
+        "error_table",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Batch._meta.fields] + self.computed_fields
+
+    def has_operate_permission(self, request):
+        """Cancel and retry: whoever may change batches (superusers, or staff given
+        routing.change_batch); the change form itself stays read-only."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+    # List columns -----------------------------------------------------------------------
+
+    @admin.display(description="progress")
+    def progress(self, obj: Batch):
+        return format_html(
+            "{}{}",
+            f"{obj.completed:,} / {obj.total:,} done, {obj.failed:,} failed",
+            _progress_bar(obj.total, obj.completed, obj.failed),
+        )
+
+    @admin.display(description="plan")
+    def plan_tiers(self, obj: Batch):
+        lanes = _plan_lanes(obj)
+        if not lanes:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            "{} x {} streams",
+            ((x.get("key", "?"), f"{int(x.get('streams') or 0):,}") for x in lanes),
+        )
+
+    # Detail fields ----------------------------------------------------------------------
+
+    @admin.display(description="progress")
+    def progress_detail(self, obj: Batch):
+        p = batch_progress(obj)
+        return format_html(
+            "{} / {} completed, {} failed, {} running, {} queued{}",
+            f"{p['completed']:,}",
+            f"{p['total']:,}",
+            f"{p['failed']:,}",
+            f"{p['running']:,}",
+            f"{p['queued']:,}",
+            _progress_bar(p["total"], p["completed"], p["failed"]),
+        )
+
+    @admin.display(description="retries")
+    def retries_list(self, obj: Batch):
+        retries = list(obj.retries.order_by("created_at"))
+        if not retries:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> ({})',
+            (
+                (reverse("admin:routing_batch_change", args=[r.pk]), r.pk, r.get_status_display())
+                for r in retries
+            ),
+        )
+
+    @admin.display(description="output and errors")
+    def result_files(self, obj: Batch):
+        return format_html(
+            "output: {}<br>errors: {}", _file_links(obj.output_file), _file_links(obj.error_file)
+        )
+
+    @admin.display(description="requests")
+    def requests_link(self, obj: Batch):
+        url = reverse("admin:routing_batchrequest_changelist")
+        return format_html(
+            '<a href="{}?batch={}">{} requests</a> (<a href="{}?batch={}&amp;status__exact=failed">'
+            "failed ones</a>)",
+            url,
+            obj.pk,
+            f"{obj.total:,}",
+            url,
+            obj.pk,
+        )
+
+    @admin.display(description="plan")
+    def plan_table(self, obj: Batch):
+        lanes = _plan_lanes(obj)
+        if not lanes:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    x.get("key", "?"),
+                    x.get("pool", "?"),
+                    f"{int(x.get('streams') or 0):,}",
+                    f"{int(x.get('requests') or 0):,}",
+                    x.get("cost", "-"),
+                    _seconds(x.get("makespan_seconds")),
+                )
+                for x in lanes
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>model/tier</th><th>pool</th><th>streams</th>"
+            "<th>requests</th><th>cost</th><th>predicted makespan</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="plan summary")
+    def plan_summary(self, obj: Batch):
+        plan = obj.plan if isinstance(obj.plan, dict) else None
+        if not plan:
+            return "-"
+        return format_html(
+            "feasible: {}; makespan {} (fastest possible {}) in a window of {}; cost {}; "
+            "replanned {} time(s){}",
+            "yes" if plan.get("feasible") else "no",
+            _seconds(plan.get("makespan_seconds")),
+            _seconds(plan.get("fastest_makespan_seconds")),
+            _seconds(plan.get("window_seconds")),
+            plan.get("cost", "-"),
+            len(plan.get("replans") or []),
+            format_html("<br>{}", "; ".join(map(str, plan["notes"]))) if plan.get("notes") else "",
+        )
+
+    @admin.display(description="errors")
+    def error_table(self, obj: Batch):
+        errors = [e for e in obj.errors or [] if isinstance(e, dict)]
+        if not errors:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((e.get("line") or "-", e.get("code", "?"), e.get("message", "")) for e in errors),
+        )
+        return format_html(
+            "<table><thead><tr><th>line</th><th>code</th><th>message</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # Actions ----------------------------------------------------------------------------
+
+    def _each(self, request, queryset, call, what: str):
+        """Run `call(batch)` for each batch in its own savepoint; a refusal (BatchError)
+        or an unexpected error becomes a message, never a 500."""
+        results = []
+        for batch in queryset:
+            try:
+                with transaction.atomic():
+                    results.append((batch, call(batch)))
+            except BatchError as exc:
+                self.message_user(request, str(exc), level=messages.WARNING)
+            except Exception:
+                logger.exception("admin: %s of batch %s failed", what, batch.pk)
+                self.message_user(
+                    request,
+                    f"Batch {batch.pk}: {what} failed unexpectedly (see the server log).",
+                    level=messages.ERROR,
+                )
+        return results
+
+    @admin.action(description="Cancel selected batches", permissions=["operate"])
+    def cancel_batches(self, request, queryset):
+        at = timezone.now()
+        done = self._each(request, queryset, lambda b: batch_cancel(batch=b, at=at), "cancel")
+        if done:
+            self.message_user(
+                request,
+                format_html(
+                    "Cancelled {} batch(es): {}",
+                    len(done),
+                    format_html_join(
+                        ", ",
+                        "{} ({})",
+                        ((b.pk, new.get_status_display().lower()) for b, new in done),
+                    ),
+                ),
+                level=messages.SUCCESS,
+            )
+
+    @admin.action(description="Retry failed requests (as a new batch)", permissions=["operate"])
+    def retry_failed(self, request, queryset):
+        at = timezone.now()
+        made = self._each(request, queryset, lambda b: batch_retry_failed(batch=b, at=at), "retry")
+        if made:
+            self.message_user(
+                request,
+                format_html(
+                    "Created {} retry batch(es): {}",
+                    len(made),
+                    format_html_join(
+                        ", ",
+                        '<a href="{}">{}</a> (retry of {}, {} requests)',
+                        (
+                            (
+                                reverse("admin:routing_batch_change", args=[new.pk]),
+                                new.pk,
+                                old.pk,
+                                f"{new.total:,}",
+                            )
+                            for old, new in made
+                        ),
+                    ),
+                ),
+                level=messages.SUCCESS,
+            )
+
+
+class BatchRequestBatchFilter(admin.SimpleListFilter):
+    """Filter by batch: the latest batches are offered; any batch id works in the URL
+    (?batch=<id>), as the batch page links it."""
+
+    title = "batch"
+    parameter_name = "batch"
+
+    def lookups(self, request, model_admin):
+        return [
+            (str(b.pk), f"{str(b.pk)[:8]} {b.created_at:%Y-%m-%d %H:%M} ({b.status})")
+            for b in Batch.objects.only("pk", "created_at", "status").order_by("-created_at")[:15]
+        ]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        try:
+            batch_id = uuid.UUID(self.value())
+        except ValueError:
+            raise IncorrectLookupParameters(f"{self.value()!r} is not a batch id.") from None
+        return queryset.filter(batch_id=batch_id)
+
+
+@admin.register(BatchRequest)
+class BatchRequestAdmin(ReadOnlyAdmin):
+    """The lines of batches (up to 50,000 a batch): read-only, filtered by batch and
+    status. No full-table count on the list page."""
+
+    list_display = [
+        "custom_id",
+        "batch_link",
+        "line",
+        "status",
+        "model",
+        "tier",
+        "started_at",
+        "finished_at",
+        "cost",
+        "rerouted_from",
+    ]
+    list_filter = [BatchRequestBatchFilter, "status"]
+    search_fields = ["=custom_id"]
+    list_select_related = ["model", "tier"]
+    raw_id_fields = ["batch", "model", "tier", "pool", "reservation"]
+    show_full_result_count = False
+    list_per_page = 100
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in BatchRequest._meta.fields]
+
+    @admin.display(description="batch", ordering="batch_id")
+    def batch_link(self, obj: BatchRequest):
+        url = reverse("admin:routing_batch_change", args=[obj.batch_id])
+        return format_html('<a href="{}">{}</a>', url, str(obj.batch_id)[:8])
+
+
+class BatchScheduleForm(forms.ModelForm):
+    class Meta:
+        model = BatchSchedule
+        fields = [
+            "name",
+            "account",
+            "input_file",
+            "completion_window",
+            "crontab",
+            "enabled",
+            "metadata",
+        ]
+
+    def clean_completion_window(self):
+        try:
+            text, _ = parse_window(self.cleaned_data.get("completion_window"))
+        except BatchError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return text
+
+    def clean(self):
+        # The rules live in the service (routing.batches.schedule_check).
+        data = super().clean()
+        account, f = data.get("account"), data.get("input_file")
+        if account is None or f is None or "completion_window" not in data:
+            return data
+        try:
+            schedule_check(
+                account=account,
+                input_file=f,
+                completion_window=data["completion_window"],
+                metadata=data.get("metadata"),
+            )
+        except BatchError as exc:
+            field = exc.param if exc.param in self.fields else None
+            message = str(exc)
+            if exc.param == "metadata":
+                message += " Each run adds the key 'schedule'."
+            self.add_error(field, message)
+        return data
+
+
+@admin.register(BatchSchedule)
+class BatchScheduleAdmin(admin.ModelAdmin):
+    """Recurring batches. Saving keeps the django-celery-beat periodic task in step
+    (routing.batches.schedule_sync); deleting a schedule deletes its periodic task."""
+
+    form = BatchScheduleForm
+    list_display = [
+        "name",
+        "account",
+        "runs",
+        "completion_window",
+        "enabled",
+        "periodic_task_link",
+        "last_batch",
+    ]
+    list_filter = ["enabled", "account"]
+    search_fields = ["name", "account__name"]
+    list_select_related = ["account", "crontab", "periodic_task"]
+    fields = [
+        "name",
+        "account",
+        "input_file",
+        "completion_window",
+        "crontab",
+        "enabled",
+        "metadata",
+        "periodic_task_link",
+        "recent_batches",
+        "created_at",
+    ]
+    readonly_fields = ["periodic_task_link", "recent_batches", "created_at"]
+    actions = ["sync_periodic_tasks"]
+
+    def get_queryset(self, request):
+        last = Batch.objects.filter(schedule=OuterRef("pk")).order_by("-created_at")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_batch_id=Subquery(last.values("pk")[:1]),
+                last_batch_status=Subquery(last.values("status")[:1]),
+                last_batch_for=Subquery(last.values("scheduled_for")[:1]),
+            )
+        )
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "input_file":
+            kwargs["queryset"] = File.objects.filter(purpose=File.Purpose.BATCH).order_by(
+                "-created_at"
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    @admin.display(description="runs", ordering="crontab")
+    def runs(self, obj: BatchSchedule):
+        return obj.crontab.human_readable
+
+    @admin.display(description="periodic task")
+    def periodic_task_link(self, obj: BatchSchedule):
+        if obj.pk is None:
+            return "made on save"
+        task = obj.periodic_task
+        if task is None:
+            return "missing: use the action 'Re-sync periodic tasks'"
+        url = reverse("admin:django_celery_beat_periodictask_change", args=[task.pk])
+        state = "enabled" if task.enabled else "disabled"
+        return format_html('<a href="{}">{}</a> ({})', url, task.name, state)
+
+    @admin.display(description="last batch")
+    def last_batch(self, obj: BatchSchedule):
+        batch_id = getattr(obj, "last_batch_id", None)
+        if batch_id is None:
+            return "-"
+        when = getattr(obj, "last_batch_for", None)
+        return format_html(
+            '<a href="{}">{}</a> ({})',
+            reverse("admin:routing_batch_change", args=[batch_id]),
+            f"{when:%Y-%m-%d %H:%M}" if when else str(batch_id)[:8],
+            obj.last_batch_status,
+        )
+
+    @admin.display(description="recent batches")
+    def recent_batches(self, obj: BatchSchedule):
+        if obj.pk is None:
+            return "-"
+        batches = list(obj.batches.order_by("-created_at")[:10])
+        if not batches:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> {}: {}',
+            (
+                (
+                    reverse("admin:routing_batch_change", args=[b.pk]),
+                    f"{b.scheduled_for:%Y-%m-%d %H:%M}" if b.scheduled_for else b.pk,
+                    b.get_status_display(),
+                    f"{b.completed:,} / {b.total:,} done, {b.failed:,} failed",
+                )
+                for b in batches
+            ),
+        )
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        schedule_sync(obj)
+
+    def delete_model(self, request, obj):
+        task = obj.periodic_task
+        super().delete_model(request, obj)
+        if task is not None:
+            task.delete()
+
+    def delete_queryset(self, request, queryset):
+        from django_celery_beat.models import PeriodicTask
+
+        task_ids = [pk for pk in queryset.values_list("periodic_task_id", flat=True) if pk]
+        super().delete_queryset(request, queryset)
+        for task in PeriodicTask.objects.filter(pk__in=task_ids):
+            task.delete()  # one by one: beat's change signal fires for each
+
+    @admin.action(description="Re-sync periodic tasks", permissions=["change"])
+    def sync_periodic_tasks(self, request, queryset):
+        n = 0
+        for schedule in queryset.select_related("account", "input_file", "crontab"):
+            schedule_sync(schedule)
+            n += 1
+        self.message_user(request, f"Synced {n} periodic task(s).", level=messages.SUCCESS)
+
+
+@admin.register(File)
+class FileAdmin(ReadOnlyAdmin):
+    """Batch inputs and the output/error files of batches (read-only; download here)."""
+
+    list_display = ["id", "account", "purpose", "filename", "bytes", "lines", "created_at"]
+    list_filter = ["purpose"]
+    search_fields = ["id", "filename", "account__name"]
+    list_select_related = ["account"]
+    date_hierarchy = "created_at"
+    fields = [
+        "id",
+        "account",
+        "purpose",
+        "filename",
+        "bytes",
+        "lines",
+        "sha256",
+        "created_at",
+        "download",
+    ]
+    readonly_fields = fields
+
+    def get_urls(self):
+        return [
+            path(
+                "<str:pk>/download/",
+                self.admin_site.admin_view(self.download_view),
+                name="routing_file_download",
+            )
+        ] + super().get_urls()
+
+    @admin.display(description="content")
+    def download(self, obj: File):
+        url = reverse("admin:routing_file_download", args=[obj.pk])
+        return format_html('<a href="{}">download {}</a>', url, obj.filename)
+
+    def download_view(self, request, pk: str):
+        f = get_object_or_404(File, pk=pk)
+        if not self.has_view_permission(request, f):
+            raise PermissionDenied
+        try:
+            fh = f.content.open("rb")
+        except OSError:
+            self.message_user(
+                request, f"The content of {f.id} is no longer stored.", level=messages.ERROR
+            )
+            return HttpResponseRedirect(reverse("admin:routing_file_change", args=[f.pk]))
+        return FileResponse(
+            fh, as_attachment=True, filename=f.filename, content_type="application/jsonl"
+        )

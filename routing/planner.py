@@ -102,6 +102,7 @@ class Assignment:
     makespan_seconds: float
     streams: int
     group: int  # index of the group in the input
+    stream_share: float = 0.0  # share of the pool one stream of this tier takes (1 / c)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,6 +113,7 @@ class Assignment:
             "group": self.group,
             "count": self.count,
             "streams": self.streams,
+            "stream_share": self.stream_share,
             "unit_seconds": round(self.unit_seconds, 3),
             "unit_cost": str(self.unit_cost),
             "cost": str(self.cost),
@@ -421,6 +423,7 @@ def _as_plan(state: _State, window: float, feasible: bool) -> Plan:
                 makespan_seconds=spans[key],
                 streams=streams[key],
                 group=g,
+                stream_share=1.0 / state.p.capacity[key],
             )
         )
     return Plan(

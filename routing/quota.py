@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
+from django.db.models.functions import Round
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
@@ -37,6 +38,13 @@ class QuotaExhausted(QuotaError):
     def __init__(self, message: str, next_reset_at: dt.datetime | None = None):
         super().__init__(message)
         self.next_reset_at = next_reset_at
+
+
+def _exact(expression):
+    """Balance arithmetic at the ledger's precision. PostgreSQL's numeric is exact
+    already; SQLite (the quick start) computes decimals in floating point, where
+    62.1 - 48.9 - 13.2 is -3.6e-15 and would trip the non-negative CheckConstraint."""
+    return Round(expression, 6)
 
 
 def credits(value) -> Decimal:
@@ -289,7 +297,7 @@ def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") ->
         with transaction.atomic():
             updated = QuotaPackage.objects.filter(
                 pk=package_id, limit__gte=F("spent") + F("reserved") + amount
-            ).update(reserved=F("reserved") + amount)
+            ).update(reserved=_exact(F("reserved") + amount))
             if updated != 1:
                 package = QuotaPackage.objects.filter(pk=package_id).first()
                 raise QuotaExhausted(
@@ -390,22 +398,58 @@ def _close_reservation(
         )
         if reservation is None or reservation.state != QuotaReservation.State.HELD:
             return reservation
-        charge = min(credits(actual), reservation.amount)
+        # What was drawn already (a batch's requests) stays spent; the rest of the hold
+        # leaves `reserved`.
+        held = reservation.amount - reservation.drawn
+        charge = min(credits(actual), held)
         QuotaPackage.objects.filter(pk=reservation.package_id).update(
-            reserved=F("reserved") - reservation.amount, spent=F("spent") + charge
+            reserved=_exact(F("reserved") - held), spent=_exact(F("spent") + charge)
         )
         reservation.state = state
-        reservation.charged = charge
+        reservation.charged = reservation.drawn + charge
         reservation.closed_at = now
         reservation.save(update_fields=["state", "charged", "closed_at"])
         LedgerEntry.objects.create(
             package_id=reservation.package_id,
             reservation=reservation,
             kind=_CLOSING_KIND[state],
-            delta_reserved=-reservation.amount,
+            delta_reserved=-held,
             delta_spent=charge,
         )
         return reservation
+
+
+def quota_draw(*, reference: str, amount, note: str = "") -> Decimal:
+    """Charge part of a held reservation now (a batch's requests, as they finish); the
+    reservation stays held for the rest. Charges at most what is still held, and
+    returns what it charged. The caller draws in the same transaction as the work it
+    pays for, so a repeated call for the same work is prevented by the caller's own
+    conditional write (the request's status), not here."""
+    amount = credits(amount)
+    if amount < 0:
+        raise QuotaError("A charge cannot be negative.")
+    with transaction.atomic():
+        reservation = (
+            QuotaReservation.objects.select_for_update().filter(reference=reference).first()
+        )
+        if reservation is None or reservation.state != QuotaReservation.State.HELD:
+            raise QuotaError(f"No held reservation {reference!r} to charge.")
+        charge = min(amount, reservation.amount - reservation.drawn)
+        if charge <= 0:
+            return ZERO
+        QuotaPackage.objects.filter(pk=reservation.package_id).update(
+            reserved=_exact(F("reserved") - charge), spent=_exact(F("spent") + charge)
+        )
+        QuotaReservation.objects.filter(pk=reservation.pk).update(drawn=_exact(F("drawn") + charge))
+        LedgerEntry.objects.create(
+            package_id=reservation.package_id,
+            reservation=reservation,
+            kind=LedgerEntry.Kind.DRAW,
+            delta_reserved=-charge,
+            delta_spent=charge,
+            note=note[:200],
+        )
+        return charge
 
 
 def quota_reset_due(*, now: dt.datetime | None = None) -> int:

@@ -121,6 +121,15 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
         jobs__status=Job.Status.QUEUED,
     ).distinct()
     totals["rerouted"] = sum(jobs_reroute(model=m, at=at)["rerouted"] for m in rerouting)
+    # Batch lines not yet started on retired models: re-planned on the successor.
+    from routing.batches import batches_reroute
+    from routing.models import BatchRequest
+
+    with_lines = ModelVersion.objects.filter(
+        lifecycle.status_q(lifecycle.RETIRED, at),
+        pk__in=BatchRequest.objects.filter(status=BatchRequest.Status.QUEUED).values("model_id"),
+    )
+    totals["batch_lines_moved"] = sum(batches_reroute(model=m, at=at)["moved"] for m in with_lines)
     return totals
 
 
@@ -154,9 +163,13 @@ def package_retirements(package: QuotaPackage, at: dt.datetime) -> list[dict]:
 
 def on_model_retired(sender, model: ModelVersion, **kwargs) -> None:
     """Retire-now in the admin applies the day's work at once (beat would within a
-    minute anyway): quota policies, then re-routing where the model's policy says so."""
+    minute anyway): quota policies, re-routing of jobs where the model's policy says so,
+    and re-planning of batch lines not yet started."""
+    from routing.batches import batches_reroute
+
     quota_apply_retirement(model=model)
     jobs_reroute(model=model)
+    batches_reroute(model=model)
 
 
 def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:

@@ -108,3 +108,51 @@ def backoff_seconds(retries: int) -> float:
     import random
 
     return min(600.0, 5.0 * 2**retries) * random.uniform(0.5, 1.0)
+
+
+# --- Batches ---------------------------------------------------------------------------
+
+
+@shared_task(name="routing.validate_batch", ignore_result=True, **RETRY)
+def validate_batch(batch_id: str) -> None:
+    from routing.batches import batch_validate
+
+    _reset_connections()
+    batch_validate(batch_id)
+
+
+@shared_task(name="routing.advance_batch", ignore_result=True, **RETRY)
+def advance_batch(batch_id: str) -> None:
+    """One link of a running batch's chain; it sends the next."""
+    from routing.batches import batch_advance
+
+    _reset_connections()
+    batch_advance(batch_id)
+
+
+@shared_task(name="routing.finalize_batch", ignore_result=True, **RETRY)
+def finalize_batch(batch_id: str) -> None:
+    from routing.batches import batch_finalize
+
+    _reset_connections()
+    batch_finalize(batch_id)
+
+
+@shared_task(name="routing.sweep_batches", ignore_result=True, **RETRY)
+def sweep_batches() -> dict:
+    """Beat: start due batches, expire overdue ones, finalize finished ones, restart lost
+    chains (idempotent)."""
+    from routing.batches import batches_sweep
+
+    _reset_connections()
+    return batches_sweep()
+
+
+@shared_task(name="routing.start_scheduled_batch", ignore_result=True, **RETRY)
+def start_scheduled_batch(schedule_id: int) -> str | None:
+    """A recurring batch's periodic task (django-celery-beat): one batch per firing."""
+    from routing.batches import batch_from_schedule
+
+    _reset_connections()
+    batch = batch_from_schedule(int(schedule_id))
+    return str(batch.pk) if batch else None

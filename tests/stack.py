@@ -7,6 +7,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 from tests.realparts import (
@@ -125,6 +126,41 @@ class Stack:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
+
+    def upload(self, data: bytes, filename: str = "batch.jsonl", purpose: str = "batch"):
+        """POST /api/v1/files as multipart/form-data; (status, body)."""
+        boundary = "----stack" + uuid.uuid4().hex
+        body = (
+            (
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n"
+                f"{purpose}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f'filename="{filename}"\r\nContent-Type: application/jsonl\r\n\r\n'
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/v1/files",
+            data=body,
+            method="POST",
+            headers={
+                "Authorization": f"Bearer {self.key}",
+                "Content-Type": f"multipart/form-data; boundary={boundary}",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def download(self, file_id: str) -> bytes:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/v1/files/{file_id}/content",
+            headers={"Authorization": f"Bearer {self.key}"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.read()
 
     def submit(self, **fields) -> dict:
         code, body = self.call("POST", "/api/v1/jobs", SMALL | fields)

@@ -1,16 +1,18 @@
 import json
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 
-from routing.models import Job, LedgerEntry, QuotaReservation
-from routing.quota import ledger_mismatches
+from routing.models import Batch, BatchRequest, Job, LedgerEntry, QuotaReservation
+from routing.quota import credits, ledger_mismatches
 
 
 class Command(BaseCommand):
     help = (
-        "Check that every package's balance equals its ledger and that no job was charged "
-        "twice or charged while cancelled; print job counts. Exit 1 on any mismatch."
+        "Check that every package's balance equals its ledger, that no job was charged "
+        "twice or charged while cancelled, and that every batch was charged exactly its "
+        "completed requests and holds nothing once ended; print job counts. Exit 1 on any "
+        "mismatch."
     )
 
     def add_arguments(self, parser):
@@ -36,8 +38,12 @@ class Command(BaseCommand):
             .values_list("pk", flat=True)
         )
         counts = dict(Job.objects.values_list("status").annotate(n=Count("id")))
+        batches = batch_mismatches()
         report = {
-            "ok": not (mismatches or settled_twice or charged_cancelled or unsettled_done),
+            "ok": not (
+                mismatches or settled_twice or charged_cancelled or unsettled_done or batches
+            ),
+            "batch_mismatches": batches,
             "balance_mismatches": mismatches,
             "settled_twice": settled_twice,
             "charged_while_cancelled": [str(x) for x in charged_cancelled],
@@ -52,3 +58,38 @@ class Command(BaseCommand):
                 self.stdout.write(f"{key}: {value}")
         if not report["ok"]:
             raise CommandError("Ledger check failed.")
+
+
+def batch_mismatches() -> list[dict]:
+    """Batches whose charge differs from their completed requests' costs or from the
+    ledger's draws on their reservations, or that still hold credits once ended."""
+    bad = []
+    for b in Batch.objects.only("pk", "cost", "status", "completed"):
+        done = b.requests.filter(status=BatchRequest.Status.COMPLETED).aggregate(
+            n=Count("id"), cost=Sum("cost")
+        )
+        draws = LedgerEntry.objects.filter(
+            kind=LedgerEntry.Kind.DRAW, reservation__reference__startswith=f"batch:{b.pk}:"
+        ).aggregate(spent=Sum("delta_spent"))["spent"]
+        held = QuotaReservation.objects.filter(
+            reference__startswith=f"batch:{b.pk}:", state=QuotaReservation.State.HELD
+        ).count()
+        cost, req_cost, drawn = (
+            credits(b.cost),
+            credits(done["cost"] or 0),
+            credits(draws or 0),
+        )
+        ended = b.status in Batch.TERMINAL
+        if cost != req_cost or cost != drawn or done["n"] != b.completed or (ended and held):
+            bad.append(
+                {
+                    "batch": str(b.pk),
+                    "cost": cost,
+                    "completed_requests_cost": req_cost,
+                    "drawn": drawn,
+                    "completed": b.completed,
+                    "completed_requests": done["n"],
+                    "held_after_end": held,
+                }
+            )
+    return bad

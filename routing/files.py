@@ -1,0 +1,139 @@
+"""Files: batch inputs uploaded by clients, and the output/error files of batches.
+
+Stored in Django's default storage (MEDIA_ROOT on one machine; any shared storage
+backend in a deployment with several hosts). The limits are the ones people know from
+the OpenAI Batch API: 200 MB and 50,000 requests a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable, Iterator
+
+from django.core.files import File as DjangoFile
+from django.db import transaction
+
+from routing.models import Account, File
+
+MAX_FILE_BYTES = 200 * 1024 * 1024
+MAX_BATCH_REQUESTS = 50_000
+_CHUNK = 1 << 20
+
+
+class FileRejected(Exception):
+    """The upload is refused; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, *, status: int = 400, code: str = "invalid-file"):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def _chunks(stream) -> Iterator[bytes]:
+    if hasattr(stream, "chunks"):
+        yield from stream.chunks(_CHUNK)
+        return
+    while True:
+        chunk = stream.read(_CHUNK)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _measure(stream, *, max_bytes: int, max_lines: int | None) -> tuple[int, int, str]:
+    """Bytes, non-empty lines and SHA-256 of a stream, refusing it past the limits."""
+    digest = hashlib.sha256()
+    size = lines = 0
+    pending_content = False  # the current line has a non-space byte
+    for chunk in _chunks(stream):
+        size += len(chunk)
+        if size > max_bytes:
+            raise FileRejected(
+                f"The file is over {max_bytes // (1024 * 1024)} MB.",
+                status=413,
+                code="file-too-large",
+            )
+        digest.update(chunk)
+        parts = chunk.split(b"\n")
+        for i, part in enumerate(parts):
+            if part.strip():
+                pending_content = True
+            if i < len(parts) - 1:  # a newline ends the line
+                lines += pending_content
+                pending_content = False
+        if max_lines is not None and lines > max_lines:
+            raise FileRejected(
+                f"The file has more than {max_lines} requests.",
+                status=413,
+                code="too-many-requests",
+            )
+    lines += pending_content
+    if max_lines is not None and lines > max_lines:
+        raise FileRejected(
+            f"The file has {lines} requests; at most {max_lines}.",
+            status=413,
+            code="too-many-requests",
+        )
+    return size, lines, digest.hexdigest()
+
+
+def file_create(*, account: Account, purpose: str, upload, filename: str | None = None) -> File:
+    """Store an uploaded file (a Django UploadedFile or any binary stream). A batch input
+    is refused at once when it is over 200 MB or 50,000 non-empty lines, or empty; its
+    lines are checked when a batch is created from it."""
+    if purpose != File.Purpose.BATCH:
+        raise FileRejected(
+            f"Unknown purpose {purpose!r}; clients upload files with purpose 'batch'.",
+            code="invalid-purpose",
+        )
+    name = (filename or getattr(upload, "name", None) or "input.jsonl")[:255]
+    size, lines, sha = _measure(upload, max_bytes=MAX_FILE_BYTES, max_lines=MAX_BATCH_REQUESTS)
+    if lines == 0:
+        raise FileRejected("The file has no requests (one JSON object a line).", code="empty-file")
+    upload.seek(0)
+    return _store(account, purpose, name, upload, size, lines, sha)
+
+
+def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable[bytes]) -> File:
+    """Write a file the service produces (a batch's output or errors), line by line."""
+    with tempfile.TemporaryFile() as tmp:
+        digest = hashlib.sha256()
+        size = count = 0
+        for line in lines:
+            data = line if line.endswith(b"\n") else line + b"\n"
+            tmp.write(data)
+            digest.update(data)
+            size += len(data)
+            count += 1
+        tmp.seek(0)
+        return _store(account, purpose, filename, tmp, size, count, digest.hexdigest())
+
+
+def _store(account, purpose, name, stream, size, lines, sha) -> File:
+    f = File(account=account, purpose=purpose, filename=name, bytes=size, lines=lines, sha256=sha)
+    # The content is written before the row; a rollback leaves an orphan file on disk
+    # (harmless: its name is the unique id), never a row without content.
+    f.content.save(f"{f.id}.jsonl", DjangoFile(stream), save=False)
+    with transaction.atomic():
+        f.save(force_insert=True)
+    return f
+
+
+def file_lines(f: File) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, raw bytes without the newline) of a stored file."""
+    with f.content.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            yield number, raw.rstrip(b"\r\n")
+
+
+def file_json(f: File) -> dict:
+    return {
+        "id": f.id,
+        "object": "file",
+        "purpose": f.purpose,
+        "filename": f.filename,
+        "bytes": f.bytes,
+        "lines": f.lines,
+        "sha256": f.sha256,
+        "created_at": f.created_at.isoformat().replace("+00:00", "Z") if f.created_at else None,
+    }
