@@ -132,8 +132,8 @@ class Stack:
         boundary = "----stack" + uuid.uuid4().hex
         body = (
             (
-                f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n"
-                f"{purpose}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
+                f'{purpose}\r\n--{boundary}\r\nContent-Disposition: form-data; name="file"; '
                 f'filename="{filename}"\r\nContent-Type: application/jsonl\r\n\r\n'
             ).encode()
             + data
