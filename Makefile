@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs clean
+.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs bench-batches clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,10 @@ bench-http: install
 ## starts its own throwaway PostgreSQL and Redis
 bench-jobs: install
 	$(PY) bench/bench_jobs.py
+
+## validating and planning 50,000 lines, then a batch through real workers (throwaway servers)
+bench-batches: install
+	$(PY) bench/bench_batches.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

@@ -101,7 +101,7 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
     """The retirement day's quota work for every retired model with tied packages not
     yet handled (beat, every minute; also the admin's retire-now)."""
     at = at or timezone.now()
-    totals = {"models": 0, "applied": 0, "rerouted": 0}
+    totals = {"models": 0, "applied": 0, "rerouted": 0, "batch_lines_moved": 0}
     through = QuotaPackage.model_versions.through.objects.filter(
         quotapackage__scope=QuotaPackage.Scope.MODELS
     )
