@@ -28,6 +28,7 @@ from routing import quota
 from routing.batches import (
     BatchError,
     batch_cancel,
+    batch_chart,
     batch_progress,
     batch_retry_failed,
     parse_window,
@@ -528,6 +529,7 @@ class BatchAdmin(ReadOnlyAdmin):
             {
                 "fields": [
                     "plan_table",
+                    "run_chart",
                     "plan_summary",
                     "predicted_finish_at",
                     "predicted_cost",
@@ -579,6 +581,7 @@ class BatchAdmin(ReadOnlyAdmin):
         "result_files",
         "requests_link",
         "plan_table",
+        "run_chart",
         "plan_summary",
         "error_table",
     ]
@@ -660,6 +663,13 @@ class BatchAdmin(ReadOnlyAdmin):
             url,
             obj.pk,
         )
+
+    @admin.display(description="run")
+    def run_chart(self, obj: Batch):
+        uri = batch_chart(obj)
+        if uri is None:
+            return "-"
+        return format_html('<img src="{}" alt="requests completed over time, per tier">', uri)
 
     @admin.display(description="plan")
     def plan_table(self, obj: Batch):

@@ -1579,3 +1579,61 @@ def batch_progress(batch: Batch) -> dict:
         "queued": counts.get(S.QUEUED, 0),
         "predicted_finish_at": batch.predicted_finish_at,
     }
+
+
+def batch_chart(batch: Batch) -> str | None:
+    """A PNG (data: URI) of the run: requests completed over simulated time since the
+    start, per tier, against the plan's predicted makespan and the window's end."""
+    if batch.in_progress_at is None or not batch.completed:
+        return None
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tiers = dict(Tier.objects.values_list("pk", "slug"))
+    ends: dict[str, list[float]] = defaultdict(list)
+    for tier_id, finished in batch.requests.filter(
+        status=BatchRequest.Status.COMPLETED
+    ).values_list("tier_id", "finished_at"):
+        ends[tiers.get(tier_id, "?")].append(
+            (finished - batch.in_progress_at).total_seconds() * sim_scale() / 60
+        )
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    colours = {
+        "flex": "#7a9cc6",
+        "standard": "#4c72b0",
+        "priority": "#dd8452",
+        "ultrafast": "#c44e52",
+    }
+    for tier, xs in sorted(ends.items()):
+        xs.sort()
+        ax.step(
+            xs,
+            range(1, len(xs) + 1),
+            where="post",
+            label=f"{tier} ({len(xs)})",
+            color=colours.get(tier),
+        )
+    plan = batch.plan or {}
+    if plan.get("makespan_seconds"):
+        ax.axvline(
+            plan["makespan_seconds"] / 60, ls="--", color="#555", lw=1, label="predicted finish"
+        )
+    window_end = (batch.expires_at - batch.in_progress_at).total_seconds() * sim_scale() / 60
+    ax.axvline(window_end, ls=":", color="#b00", lw=1, label="window ends")
+    ax.set_xlabel("simulated minutes since start")
+    ax.set_ylabel("requests completed")
+    ax.set_xlim(
+        left=0, right=max(window_end, max((max(v) for v in ends.values()), default=0)) * 1.02
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()

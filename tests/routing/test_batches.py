@@ -572,3 +572,17 @@ def test_a_batch_refused_after_its_lines_were_read_fails_them_too(account):
     b = make(account, jsonl(10, input_tokens=8000, output_tokens=22000, turns=30), window="1m")
     assert b.status == "failed" and b.failed == 10
     assert set(b.requests.values_list("status", flat=True)) == {"failed"}
+
+
+def test_the_run_chart_shows_each_tier(account):
+    import base64
+
+    busy("h200-main", 0.995)
+    at = timezone.now()
+    b = make(account, jsonl(2000), window="2m", at=at)
+    assert B.batch_chart(b) is None  # nothing completed yet
+    run(b, at)
+    b.refresh_from_db()
+    uri = B.batch_chart(b)
+    assert uri.startswith("data:image/png;base64,")
+    assert base64.b64decode(uri.split(",", 1)[1])[:4] == b"\x89PNG"
