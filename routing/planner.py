@@ -27,7 +27,8 @@ schedule, never a fluid average)
     dispatcher that never leaves a stream idle while requests wait);
   - several groups (different durations): Graham's list-scheduling bound
     ``S / k + (1 - 1/k) * d_max`` with ``S = sum(n_g * d_g)``: it holds whatever order
-    the dispatcher takes the requests in, provided it keeps the tier's k streams busy.
+    the dispatcher takes the requests in, provided it keeps the tier's k streams busy;
+    with as many streams as requests it is ``d_max`` (never more streams than that).
   The plan's makespan is the largest tier makespan; streams are counted per tier, so no
   share is assumed that another tier (or the interactive load) holds.
 * What it does not model: interactive load above the figure given (pass a P90 or a
@@ -199,11 +200,13 @@ def _tier_streams(items: Sequence[tuple[int, float]], window: float) -> float:
         return math.inf if per_stream < 1 else math.ceil(n / per_stream)
     d_max = max(d for _, d in items)
     total = sum(n * d for n, d in items)
+    count = sum(n for n, _ in items)
     if window < d_max * (1 - _EPS):
         return math.inf
     if window <= d_max * (1 + _EPS):
-        return math.inf  # two or more requests never finish in one request's time
-    return max(1, math.ceil((total - d_max) / (window - d_max) - _EPS))
+        return count  # one stream each: every request starts at once
+    # Never more streams than requests: with one each the makespan is d_max.
+    return min(count, max(1, math.ceil((total - d_max) / (window - d_max) - _EPS)))
 
 
 def _tier_makespan(items: Sequence[tuple[int, float]], streams: int) -> float:
@@ -214,6 +217,8 @@ def _tier_makespan(items: Sequence[tuple[int, float]], streams: int) -> float:
         n, d = items[0]
         return math.ceil(n / streams) * d
     d_max = max(d for _, d in items)
+    if streams >= sum(n for n, _ in items):
+        return d_max  # one stream each
     total = sum(n * d for n, d in items)
     return total / streams + (1 - 1 / streams) * d_max
 

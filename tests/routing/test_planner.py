@@ -232,3 +232,16 @@ def test_fifty_thousand_requests_in_a_few_groups():
     p = plan_batch(groups, window_seconds=7 * 24 * 3600, loads={GPU: 0.3})
     assert p.feasible
     assert sum(a.count for a in p.assignments) == 50_000
+
+
+def test_a_tier_never_gets_more_streams_than_requests():
+    # Two shapes on one tier: with one stream each the makespan is the longer request,
+    # so no window asks for more streams than there are requests.
+    short = BatchGroup(model=SOL, input_tokens=2000, output_tokens=1000, count=2)
+    longer = BatchGroup(model=SOL, input_tokens=4000, output_tokens=1500, count=3)
+    for window in (8 * 3600, 1200, 600):
+        p = plan_batch([short, longer], window_seconds=window, loads={})
+        assert p.feasible and len(p.tiers) == 1  # both shapes share one tier
+        (streams,) = {a.streams for a in p.assignments}
+        assert streams <= 5, (window, p.assignments)
+        assert p.makespan_seconds <= window

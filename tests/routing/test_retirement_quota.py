@@ -77,7 +77,12 @@ def test_applying_twice_changes_nothing(account):
     pkg.refresh_from_db()
     limit = pkg.limit
     assert retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))["already"] == 0
-    assert retirement.retirements_apply_due() == {"models": 0, "applied": 0, "rerouted": 0, "batch_lines_moved": 0}
+    assert retirement.retirements_apply_due() == {
+        "models": 0,
+        "applied": 0,
+        "rerouted": 0,
+        "batch_lines_moved": 0,
+    }
     pkg.refresh_from_db()
     assert pkg.limit == limit
     assert LedgerEntry.objects.filter(package=pkg, kind="retirement").count() == 1
@@ -158,5 +163,15 @@ def test_the_beat_task_applies_due_retirements(account):
     from routing.tasks import apply_retirements
 
     _with_policy(account, "keep")
-    assert apply_retirements.apply().get() == {"models": 1, "applied": 1, "rerouted": 0, "batch_lines_moved": 0}
-    assert apply_retirements.apply().get() == {"models": 0, "applied": 0, "rerouted": 0, "batch_lines_moved": 0}
+    assert apply_retirements.apply().get() == {
+        "models": 1,
+        "applied": 1,
+        "rerouted": 0,
+        "batch_lines_moved": 0,
+    }
+    assert apply_retirements.apply().get() == {
+        "models": 0,
+        "applied": 0,
+        "rerouted": 0,
+        "batch_lines_moved": 0,
+    }
