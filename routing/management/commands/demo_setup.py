@@ -8,6 +8,8 @@ from django.core.management.base import BaseCommand
 from routing.keys import account_create
 from routing.models import Account
 
+DEMO_CREDITS = 1000
+
 
 class Command(BaseCommand):
     help = "Create the quick start's demo admin and demo account (once) and print them."
@@ -28,10 +30,13 @@ class Command(BaseCommand):
             lines += [f"admin user: {username}", f"admin password: {password}"]
             self.stdout.write(self.style.SUCCESS("Demo admin created."))
         if not Account.objects.filter(name=options["account"]).exists():
-            account, raw = account_create(name=options["account"])
+            # Enough for the README's 10,000-line batch (250 credits at the batch price).
+            account, raw = account_create(name=options["account"], default_credits=DEMO_CREDITS)
             lines = [ln for ln in lines if not ln.startswith("demo ")]
             lines += [f"demo account: {account.name}", f"demo api key: {raw}"]
-            self.stdout.write(self.style.SUCCESS("Demo account created (100 credits a month)."))
+            self.stdout.write(
+                self.style.SUCCESS(f"Demo account created ({DEMO_CREDITS} credits a month).")
+            )
         creds.parent.mkdir(parents=True, exist_ok=True)
         creds.write_text("\n".join(lines) + "\n")
         creds.chmod(0o600)
