@@ -15,7 +15,7 @@ from deploy.problems import Problem
 from routing.batches import BatchError, batch_cancel, batch_create, sim_scale
 from routing.files import FileRejected, file_create, file_json
 from routing.models import Batch, File
-from routing.views import ClientAPIView, JobCursorPagination, _iso
+from routing.views import ClientAPIView, JobCursorPagination, _iso, filter_choice
 
 
 class FileSerializer(serializers.Serializer):
@@ -214,9 +214,7 @@ class FileListView(ClientAPIView, generics.GenericAPIView):
     )
     def get(self, request):
         qs = File.objects.filter(account=self.account)
-        purpose = request.query_params.get("purpose")
-        if purpose:
-            qs = qs.filter(purpose=purpose)
+        qs = filter_choice(request, qs, "purpose", File.Purpose.values)
         page = self.paginate_queryset(qs)
         return self.get_paginated_response([file_json(f) for f in page])
 
@@ -296,17 +294,7 @@ class BatchListView(ClientAPIView, generics.GenericAPIView):
     )
     def get(self, request):
         qs = Batch.objects.filter(account=self.account).select_related("schedule")
-        wanted = request.query_params.get("status")
-        if wanted:
-            if wanted not in Batch.Status.values:
-                raise Problem(
-                    status_code=400,
-                    slug="invalid-parameter",
-                    title="Invalid query parameter",
-                    detail=f"Unknown status {wanted!r}; one of {', '.join(Batch.Status.values)}.",
-                    parameter="status",
-                )
-            qs = qs.filter(status=wanted)
+        qs = filter_choice(request, qs, "status", Batch.Status.values)
         page = self.paginate_queryset(qs)
         return self.get_paginated_response([batch_json(b) for b in page])
 

@@ -613,15 +613,7 @@ def batch_plan(
             today=at.date(),
         )
     except PlanError as exc:
-        return Plan(
-            feasible=False,
-            makespan_seconds=math.inf,
-            cost=Decimal(0),
-            assignments=[],
-            fastest_makespan_seconds=math.inf,
-            window_seconds=window_seconds,
-            reason=str(exc),
-        )
+        return Plan.refused(window_seconds, str(exc))
 
 
 def _plan_json(plan: Plan, batch: Batch) -> dict:
@@ -1330,32 +1322,25 @@ def batch_retry_failed(*, batch: Batch, at: dt.datetime | None = None) -> Batch:
     if batch.validated_at is None:
         # Ended before its file was read (cancelled while validating, a broken file):
         # the retry is the whole input again.
-        return batch_create(
+        input_file_id = batch.input_file_id
+    else:
+        rows = batch.requests.exclude(status=BatchRequest.Status.COMPLETED).order_by("line")
+        if not rows.exists():
+            raise BatchError(
+                f"Batch {batch.pk} has no failed requests.", status=409, code="nothing-to-retry"
+            )
+        input_file_id = file_write(
             account=batch.account,
-            input_file_id=batch.input_file_id,
-            endpoint=batch.endpoint,
-            completion_window=batch.completion_window,
-            metadata=batch.metadata,
-            retry_of=batch,
-            at=at,
-        )
-    rows = batch.requests.exclude(status=BatchRequest.Status.COMPLETED).order_by("line")
-    if not rows.exists():
-        raise BatchError(
-            f"Batch {batch.pk} has no failed requests.", status=409, code="nothing-to-retry"
-        )
-    f = file_write(
-        account=batch.account,
-        purpose=File.Purpose.BATCH,
-        filename=f"retry_of_{batch.pk.hex}.jsonl",
-        lines=(
-            json.dumps(r).encode()
-            for r in rows.values_list("request", flat=True).iterator(chunk_size=2000)
-        ),
-    )
+            purpose=File.Purpose.BATCH,
+            filename=f"retry_of_{batch.pk.hex}.jsonl",
+            lines=(
+                json.dumps(r).encode()
+                for r in rows.values_list("request", flat=True).iterator(chunk_size=2000)
+            ),
+        ).id
     return batch_create(
         account=batch.account,
-        input_file_id=f.id,
+        input_file_id=input_file_id,
         endpoint=batch.endpoint,
         completion_window=batch.completion_window,
         metadata=batch.metadata,

@@ -148,6 +148,20 @@ class Plan:
     def count_on(self, tier: str) -> int:
         return sum(a.count for a in self.assignments if a.tier == tier)
 
+    @classmethod
+    def refused(cls, window_seconds: float, reason: str, notes: list[str] | None = None) -> Plan:
+        """No plan at all (no capacity, or a bad input the caller reports)."""
+        return cls(
+            feasible=False,
+            makespan_seconds=math.inf,
+            cost=Decimal(0),
+            assignments=[],
+            fastest_makespan_seconds=math.inf,
+            window_seconds=window_seconds,
+            reason=reason,
+            notes=list(notes or []),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "feasible": self.feasible,
@@ -618,16 +632,7 @@ def plan_batch(
         return plan
 
     if fastest_plan is None:
-        return Plan(
-            feasible=False,
-            makespan_seconds=math.inf,
-            cost=Decimal(0),
-            assignments=[],
-            fastest_makespan_seconds=math.inf,
-            window_seconds=window,
-            reason="no plan fits the pools' free capacity at any window",
-            notes=notes,
-        )
+        return Plan.refused(window, "no plan fits the pools' free capacity at any window", notes)
     fastest_plan.fastest_makespan_seconds = fastest_span
     fastest_plan.reason = (
         f"fastest plan needs {_fmt_duration(fastest_span)}; window {_fmt_duration(window)}"

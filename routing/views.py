@@ -504,22 +504,28 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
         qs = Job.objects.filter(account=self.account).select_related(
             "model", "tier", "pool", "package"
         )
-        wanted = request.query_params.get("status")
-        if wanted:
-            if wanted not in Job.Status.values:
-                raise Problem(
-                    status_code=400,
-                    slug="invalid-parameter",
-                    title="Invalid query parameter",
-                    detail=f"Unknown status {wanted!r}; one of {', '.join(Job.Status.values)}.",
-                    parameter="status",
-                )
-            qs = qs.filter(status=wanted)
+        qs = filter_choice(request, qs, "status", Job.Status.values)
         model = request.query_params.get("model")
         if model:
             qs = qs.filter(Q(model__slug=model) | Q(requested_model=model))
         page = self.paginate_queryset(qs)
         return self.get_paginated_response([job_json(j) for j in page])
+
+
+def filter_choice(request, qs, name: str, choices):
+    """Filter a list by a query parameter that must be one of `choices` (400 if not)."""
+    wanted = request.query_params.get(name)
+    if not wanted:
+        return qs
+    if wanted not in choices:
+        raise Problem(
+            status_code=400,
+            slug="invalid-parameter",
+            title="Invalid query parameter",
+            detail=f"Unknown {name} {wanted!r}; one of {', '.join(choices)}.",
+            parameter=name,
+        )
+    return qs.filter(**{name: wanted})
 
 
 def _own_job(account, job_id) -> Job:
