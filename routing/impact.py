@@ -58,6 +58,7 @@ class Impact:
     utilisation_after: float = 0.0
     wafers_freed: int = 0
     notices: dict[str, int] = field(default_factory=dict)  # delivery state -> count
+    batches: list[dict] = field(default_factory=list)  # batches with lines still to run on it
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -71,6 +72,33 @@ class Impact:
     @property
     def utilisation_after_pct(self) -> float:
         return 100 * self.utilisation_after
+
+
+def _open_batches(model: ModelVersion) -> list[dict]:
+    """Batches not yet ended with lines on the model that have not started: on the day
+    these lines are planned again on the successor (routing.batches.batches_reroute)."""
+    from routing.models import Batch, BatchRequest
+
+    rows = (
+        BatchRequest.objects.filter(
+            model=model,
+            status=BatchRequest.Status.QUEUED,
+            batch__status__in=(Batch.Status.VALIDATING, Batch.Status.IN_PROGRESS),
+        )
+        .values("batch_id", "batch__account__name", "batch__status", "batch__expires_at")
+        .annotate(lines=Count("id"))
+        .order_by("batch__expires_at")
+    )
+    return [
+        {
+            "id": r["batch_id"],
+            "account": r["batch__account__name"],
+            "status": r["batch__status"],
+            "expires_at": r["batch__expires_at"],
+            "lines": r["lines"],
+        }
+        for r in rows
+    ]
 
 
 def retirement_impact(
@@ -95,6 +123,7 @@ def retirement_impact(
         .order_by("account__name", "name")
     )
     impact.wafers_freed = _wafers_freed(model)
+    impact.batches = _open_batches(model)
     impact.notices = dict(
         Notice.objects.filter(model=model).values_list("delivery").annotate(n=Count("id"))
     )

@@ -89,3 +89,35 @@ def test_demo_traffic_refuses_bad_input(builtin_catalog):
         call_command("demo_traffic", "--model", "gpt-9", stdout=StringIO())
     with pytest.raises(CommandError, match="--jobs must be"):
         call_command("demo_traffic", "--jobs", "0", stdout=StringIO())
+
+
+def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
+    admin_client, builtin_catalog
+):
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from routing import batches
+    from routing.keys import account_create
+    from tests.routing.test_batches import jsonl, upload
+
+    account, _ = account_create(name="nightly-ops", default_credits=Decimal(100))
+    at = timezone.now()
+    f = upload(account, jsonl(40, model="gpt-5.6-luna"))
+    b = batches.batch_create(
+        account=account,
+        input_file_id=f.id,
+        start_at=(at + dt.timedelta(hours=2)).isoformat(),
+        at=at,
+    )
+    b = batches.batch_validate(b.pk, at=at)
+    assert b.status == "validating" and b.validated_at, (b.status, b.errors)
+    assert b.failed == 0
+    impact = retirement_impact(model=ModelVersion.objects.get(slug="gpt-5.6-luna"))
+    assert [(x["id"], x["account"], x["lines"]) for x in impact.batches] == [
+        (b.pk, "nightly-ops", 40)
+    ]
+    html = admin_client.get("/admin/routing/job/impact/gpt-5.6-luna/").content.decode()
+    assert 'id="impact-batches"' in html and str(b.pk) in html
