@@ -13,7 +13,7 @@ Usage: .venv/bin/python bench/bench_batches.py [--validate-lines 50000] [--lines
     $DATABASE_URL; without either, a throwaway cluster, tests/realparts.py). Times
     file_create, batch_create and batch_validate of a file of --validate-lines lines
     (three models, --shapes distinct task shapes), the latter broken down into parse
-    (reading and checking the lines), row insert (bulk_create) and plan (the shape
+    (reading and checking the lines), row insert (COPY on PostgreSQL) and plan (the shape
     query and the planner), then batch_start (plan again, reserve, give the requests
     their tiers; done by batch_validate itself when the start has come). Baseline:
     json.loads of the same lines (ratio = batch_validate time / bare parse time).
@@ -130,7 +130,7 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
     from routing import batches
     from routing.files import file_create
     from routing.keys import account_create
-    from routing.models import Batch, BatchRequest
+    from routing.models import Batch
 
     account, _ = account_create(name=f"bench-{uuid.uuid4().hex[:8]}", default_credits=Decimal(1e9))
     raw = batch_lines(n, shapes)
@@ -150,8 +150,7 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
     batches.parse_file = t.wrap("  parse (read, check lines)", batches.parse_file)
     batches._groups = t.wrap("  plan: shape query", batches._groups)
     batches.plan_batch = t.wrap("  plan: planner", batches.plan_batch)
-    manager = BatchRequest.objects
-    manager.bulk_create = t.wrap("  row insert (bulk_create)", manager.bulk_create)
+    batches.insert_requests = t.wrap("  row insert (COPY on PostgreSQL)", batches.insert_requests)
 
     with t("file_create (measure, hash, store)"):
         with path.open("rb") as fh:
@@ -192,7 +191,7 @@ def report_validate(r: dict, db: str) -> None:
     n, times = r["n"], dict(r["times"])
     validate = times["batch_validate"]
     parse = times.pop("  parse (read, check lines)", 0.0)
-    insert = times.pop("  row insert (bulk_create)", 0.0)
+    insert = times.pop("  row insert (COPY on PostgreSQL)", 0.0)
     other = validate - parse - insert - r["plan"]
     print(f"(a) validate and plan {n:,} lines in process ({db})")
     rows = [
@@ -200,7 +199,7 @@ def report_validate(r: dict, db: str) -> None:
         ("batch_create", times["batch_create"]),
         ("batch_validate", validate),
         ("  parse (read, check lines)", parse),
-        ("  row insert (bulk_create)", insert),
+        ("  row insert (COPY on PostgreSQL)", insert),
         (f"  plan ({r['groups']} shape groups; planner {r['planner'] * 1000:.0f} ms)", r["plan"]),
         ("  other (lock, save, commit)", other),
         ("batch_start (replan, reserve, assign tiers)", times["batch_start (replan, reserve, assign tiers)"]),

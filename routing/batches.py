@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
@@ -455,6 +455,52 @@ def parse_file(batch: Batch, lines: Iterable[tuple[int, bytes]], at: dt.datetime
     return out
 
 
+_COPY_COLUMNS = (
+    "batch_id",
+    "line",
+    "custom_id",
+    "request",
+    "model_id",
+    "input_tokens",
+    "output_tokens",
+    "turns",
+    "tool_seconds",
+    "status",
+    "finished_at",
+    "error",
+    "rerouted_from",
+)
+
+
+def insert_requests(rows: list[BatchRequest]) -> None:
+    """Write a batch's new request rows: PostgreSQL's COPY (about twice as fast as
+    bulk_create at 50,000 rows), bulk_create elsewhere."""
+    if connection.vendor != "postgresql":
+        BatchRequest.objects.bulk_create(rows, batch_size=2000)
+        return
+    table = BatchRequest._meta.db_table
+    sql = f"COPY {table} ({', '.join(_COPY_COLUMNS)}) FROM STDIN"
+    with connection.cursor() as cur, cur.cursor.copy(sql) as copy:
+        for r in rows:
+            copy.write_row(
+                (
+                    r.batch_id,
+                    r.line,
+                    r.custom_id,
+                    json.dumps(r.request),
+                    r.model_id,
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.turns,
+                    r.tool_seconds,
+                    r.status,
+                    r.finished_at,
+                    json.dumps(r.error) if r.error is not None else None,
+                    r.rerouted_from,
+                )
+            )
+
+
 def batch_validate(batch_id, *, at: dt.datetime | None = None) -> Batch | None:
     """Check the file, write the requests, plan the batch (see the module doc).
     Idempotent: only a batch still `validating` and not yet validated is touched."""
@@ -483,7 +529,7 @@ def batch_validate(batch_id, *, at: dt.datetime | None = None) -> Batch | None:
             return None
         if parsed.file_errors:
             return _fail(locked, parsed.file_errors, at)
-        BatchRequest.objects.bulk_create(parsed.rows, batch_size=2000)
+        insert_requests(parsed.rows)
         locked.total = len(parsed.rows)
         locked.failed = parsed.line_errors
         locked.validated_at = at
@@ -758,22 +804,17 @@ def _assign(
         )
     taken: dict[int, int] = defaultdict(int)  # group -> requests assigned so far
     group_ids: dict[int, list[int]] = {}
+    parts = defaultdict(int)  # group -> assignments (a group split over tiers has several)
     for a in plan.assignments:
-        if a.group not in group_ids:
-            k = keys[a.group]
-            group_ids[a.group] = list(
-                requests.filter(
-                    model_id=k[0],
-                    input_tokens=k[1],
-                    output_tokens=k[2],
-                    turns=k[3],
-                    tool_seconds=k[4],
-                )
-                .order_by("line")
-                .values_list("pk", flat=True)
-            )
-        ids = group_ids[a.group][taken[a.group] : taken[a.group] + a.count]
-        taken[a.group] += a.count
+        parts[a.group] += 1
+
+    def of_group(g: int):
+        k = keys[g]
+        return requests.filter(
+            model_id=k[0], input_tokens=k[1], output_tokens=k[2], turns=k[3], tool_seconds=k[4]
+        )
+
+    for a in plan.assignments:
         update = {
             "tier_id": tiers[a.tier].pk,
             "pool_id": a.pool_id,
@@ -783,6 +824,15 @@ def _assign(
         }
         if rerouted_from:
             update |= {"model": models[a.model], "rerouted_from": rerouted_from}
+        if parts[a.group] == 1:  # the whole group on one tier: one UPDATE
+            of_group(a.group).update(**update)
+            continue
+        if a.group not in group_ids:  # split in line order
+            group_ids[a.group] = list(
+                of_group(a.group).order_by("line").values_list("pk", flat=True)
+            )
+        ids = group_ids[a.group][taken[a.group] : taken[a.group] + a.count]
+        taken[a.group] += a.count
         for i in range(0, len(ids), 5000):
             BatchRequest.objects.filter(pk__in=ids[i : i + 5000]).update(**update)
 
