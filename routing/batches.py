@@ -46,18 +46,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
 import simengine
+from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.files import MAX_BATCH_REQUESTS, file_lines, file_write
+from routing.jobs import sim_scale, synthetic_text, wall
 from routing.models import Account, Batch, BatchRequest, BatchSchedule, File
-from routing.planner import BatchGroup, Plan, PlanError, plan_batch
+from routing.planner import BatchGroup, Plan, PlanError, fmt_duration, plan_batch
 from routing.selectors import (
     ModelNotServing,
     ModelRetired,
@@ -96,14 +97,6 @@ class BatchError(Exception):
 
 class BatchNotCancellable(BatchError):
     pass
-
-
-def sim_scale() -> float:
-    return settings.SIM_TIME_SCALE
-
-
-def wall(seconds_simulated: float) -> dt.timedelta:
-    return dt.timedelta(seconds=seconds_simulated / sim_scale())
 
 
 # --- Arguments -----------------------------------------------------------------------
@@ -238,22 +231,29 @@ def batch_create(
     return batch
 
 
-def send_validate(batch_id) -> None:
-    from routing.tasks import validate_batch
+def _send(task_name: str, batch_id, delay: float = 0.0) -> None:
+    """Send a batch's next step after commit. A broker that is away loses nothing: the
+    batch row is the truth and beat's sweep (batches_sweep) takes the step later."""
+    from routing import tasks
 
     try:
-        validate_batch.apply_async(args=[str(batch_id)], retry=True)
-    except Exception as exc:  # the broker is away: beat's sweep validates it later
-        logger.warning("batch %s not sent for validation (%s); the sweep will", batch_id, exc)
+        getattr(tasks, task_name).apply_async(
+            args=[str(batch_id)], countdown=max(0.0, delay), retry=True
+        )
+    except Exception as exc:  # kombu/redis raise many kinds when the broker is away
+        logger.warning("batch %s: %s not sent (%s); the sweep will", batch_id, task_name, exc)
+
+
+def send_validate(batch_id) -> None:
+    _send("validate_batch", batch_id)
 
 
 def send_advance(batch_id, delay: float = 0.0) -> None:
-    from routing.tasks import advance_batch
+    _send("advance_batch", batch_id, delay)
 
-    try:
-        advance_batch.apply_async(args=[str(batch_id)], countdown=max(0.0, delay), retry=True)
-    except Exception as exc:
-        logger.warning("batch %s: next step not sent (%s); the sweep will", batch_id, exc)
+
+def send_finalize(batch_id) -> None:
+    _send("finalize_batch", batch_id)
 
 
 # --- Validate ------------------------------------------------------------------------
@@ -556,21 +556,13 @@ def _plan_refusal(plan: Plan) -> dict:
     return _err(
         "window_too_short",
         f"No plan finishes inside the window: the fastest plan needs "
-        f"{_duration(plan.fastest_makespan_seconds)} (predicted makespan "
-        f"{plan.fastest_makespan_seconds:.0f} s); window {_duration(plan.window_seconds)}.",
+        f"{fmt_duration(plan.fastest_makespan_seconds)} (predicted makespan "
+        f"{plan.fastest_makespan_seconds:.0f} s); window {fmt_duration(plan.window_seconds)}.",
         param="completion_window",
     ) | {
         "fastest_makespan_seconds": round(plan.fastest_makespan_seconds, 3),
         "window_seconds": plan.window_seconds,
     }
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _fail(batch: Batch, errors: list[dict], at: dt.datetime, also: Iterable[str] = ()) -> Batch:
@@ -1152,15 +1144,6 @@ def _close_requests(batch, qs, status, code, message, at) -> int:
     return len(ids)
 
 
-def send_finalize(batch_id) -> None:
-    from routing.tasks import finalize_batch
-
-    try:
-        finalize_batch.apply_async(args=[str(batch_id)], retry=True)
-    except Exception as exc:
-        logger.warning("batch %s: finalize not sent (%s); the sweep will", batch_id, exc)
-
-
 def batch_finalize(batch_id, *, at: dt.datetime | None = None) -> Batch | None:
     """Write the files of a batch whose requests are all done and complete it.
     Idempotent: only a `finalizing` batch is finalized."""
@@ -1227,18 +1210,7 @@ def _finish(batch: Batch, status: str, at: dt.datetime) -> str:
 
 # --- Output ----------------------------------------------------------------------------
 
-_WORDS = (
-    "the model reads the task plans a change edits the code runs the tests and reports "
-    "what it found with a short summary of the result"
-).split()
 EXCERPT_WORDS = 48
-
-
-def _excerpt(seed: int, tokens: int) -> str:
-    import random
-
-    rng = random.Random(seed)
-    return " ".join(rng.choice(_WORDS) for _ in range(min(tokens, EXCERPT_WORDS)))
 
 
 def _iso(value) -> str | None:
@@ -1283,7 +1255,7 @@ def output_lines(batch: Batch) -> Iterator[bytes]:
             "output": {
                 "simulated": True,
                 "tokens": r["output_tokens"],
-                "excerpt": _excerpt(r["pk"], r["output_tokens"]),
+                "excerpt": synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
             },
         }
         if r["rerouted_from"]:
@@ -1488,8 +1460,6 @@ def batches_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> di
     are released when the batch ends). Lines the successor cannot take in time (or the
     account cannot pay for) stay and run on the retired model, like accepted jobs.
     Idempotent: only queued lines still on the retired model are touched."""
-    from catalog import lifecycle
-
     at = at or timezone.now()
     out = {"batches": 0, "moved": 0, "kept": 0}
     if lifecycle.model_status(model, at) != lifecycle.RETIRED:

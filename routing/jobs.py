@@ -409,8 +409,13 @@ _WORDS = (
 ).split()
 
 
+def synthetic_text(seed, words: int) -> str:
+    """`words` deterministic words for a seed: the stand-in for a model's answer (one
+    word per token), marked as simulated wherever it is shown."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
 def synthetic_output(job: Job) -> str:
-    """A deterministic stand-in for the model's answer: `output_tokens` words (one word
-    per token), seeded by the job id. Marked as simulated wherever it is shown."""
-    rng = random.Random(job.pk.int if hasattr(job.pk, "int") else str(job.pk))
-    return " ".join(rng.choice(_WORDS) for _ in range(job.output_tokens))
+    """A job's simulated answer: `output_tokens` words, seeded by the job id."""
+    return synthetic_text(job.pk.int if hasattr(job.pk, "int") else str(job.pk), job.output_tokens)

@@ -488,7 +488,7 @@ def _bisect_window(lo: float, hi: float, ok: Callable[[float], _State | None]) -
     return best
 
 
-def _fmt_duration(seconds: float) -> str:
+def fmt_duration(seconds: float) -> str:
     """83 s, 12.5 min, 9.4 h: short enough for an error message."""
 
     def num(x: float) -> str:
@@ -635,7 +635,7 @@ def plan_batch(
         return Plan.refused(window, "no plan fits the pools' free capacity at any window", notes)
     fastest_plan.fastest_makespan_seconds = fastest_span
     fastest_plan.reason = (
-        f"fastest plan needs {_fmt_duration(fastest_span)}; window {_fmt_duration(window)}"
+        f"fastest plan needs {fmt_duration(fastest_span)}; window {fmt_duration(window)}"
     )
     fastest_plan.notes = notes
     return fastest_plan

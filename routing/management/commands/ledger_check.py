@@ -1,4 +1,6 @@
 import json
+from collections import defaultdict
+from decimal import Decimal
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Q, Sum
@@ -62,34 +64,48 @@ class Command(BaseCommand):
 
 def batch_mismatches() -> list[dict]:
     """Batches whose charge differs from their completed requests' costs or from the
-    ledger's draws on their reservations, or that still hold credits once ended."""
+    ledger's draws on their reservations, or that still hold credits once ended (a few
+    grouped queries, whatever the number of batches)."""
+    done = {
+        r["batch_id"]: r
+        for r in BatchRequest.objects.filter(status=BatchRequest.Status.COMPLETED)
+        .values("batch_id")
+        .annotate(n=Count("id"), cost=Sum("cost"))
+    }
+    # Batch reservations are referenced "batch:<batch id>:<model>:<tier>[...]".
+    drawn: dict[str, Decimal] = defaultdict(Decimal)
+    for ref, spent in (
+        LedgerEntry.objects.filter(
+            kind=LedgerEntry.Kind.DRAW, reservation__reference__startswith="batch:"
+        )
+        .values("reservation__reference")
+        .annotate(spent=Sum("delta_spent"))
+        .values_list("reservation__reference", "spent")
+    ):
+        drawn[ref.split(":")[1]] += Decimal(str(spent))
+    held: dict[str, int] = defaultdict(int)
+    for ref in QuotaReservation.objects.filter(
+        reference__startswith="batch:", state=QuotaReservation.State.HELD
+    ).values_list("reference", flat=True):
+        held[ref.split(":")[1]] += 1
     bad = []
-    for b in Batch.objects.only("pk", "cost", "status", "completed"):
-        done = b.requests.filter(status=BatchRequest.Status.COMPLETED).aggregate(
-            n=Count("id"), cost=Sum("cost")
-        )
-        draws = LedgerEntry.objects.filter(
-            kind=LedgerEntry.Kind.DRAW, reservation__reference__startswith=f"batch:{b.pk}:"
-        ).aggregate(spent=Sum("delta_spent"))["spent"]
-        held = QuotaReservation.objects.filter(
-            reference__startswith=f"batch:{b.pk}:", state=QuotaReservation.State.HELD
-        ).count()
-        cost, req_cost, drawn = (
-            credits(b.cost),
-            credits(done["cost"] or 0),
-            credits(draws or 0),
-        )
-        ended = b.status in Batch.TERMINAL
-        if cost != req_cost or cost != drawn or done["n"] != b.completed or (ended and held):
+    for pk, cost, status, completed in Batch.objects.values_list(
+        "pk", "cost", "status", "completed"
+    ):
+        row = done.get(pk, {"n": 0, "cost": 0})
+        key = str(pk)
+        cost, req_cost, draws = credits(cost), credits(row["cost"] or 0), credits(drawn[key])
+        ended = status in Batch.TERMINAL
+        if cost != req_cost or cost != draws or row["n"] != completed or (ended and held[key]):
             bad.append(
                 {
-                    "batch": str(b.pk),
+                    "batch": key,
                     "cost": cost,
                     "completed_requests_cost": req_cost,
-                    "drawn": drawn,
-                    "completed": b.completed,
-                    "completed_requests": done["n"],
-                    "held_after_end": held,
+                    "drawn": draws,
+                    "completed": completed,
+                    "completed_requests": row["n"],
+                    "held_after_end": held[key],
                 }
             )
     return bad
