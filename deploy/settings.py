@@ -93,9 +93,16 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # Web, worker and beat share one file in the quick start: wait for the lock
-    # instead of failing with "database is locked".
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Web, worker and beat share one file in the quick start. A transaction that
+    # reads and then writes cannot wait for another writer (SQLite answers "database
+    # is locked" at once, whatever the timeout), so each transaction takes the write
+    # lock when it begins (IMMEDIATE) and waits up to 20 s for it; WAL lets reads go
+    # on while someone writes.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20,
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

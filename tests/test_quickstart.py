@@ -67,11 +67,12 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
     assert "Catalog loaded" in manage(env, "loadcatalog")
     setup = manage(env, "demo_setup")
     assert "Demo admin created" in setup and "demo api key: mlr_" in setup
+    run_log = Path(env["VAR_DIR"]) / "run.log"
     proc = subprocess.Popen(
         ["bash", "deploy/run.sh"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=run_log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -83,7 +84,7 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
                 status, body = get_json(f"{base}/api/v1/models/gpt-5.3-codex-spark/")
                 break
             except OSError:
-                assert proc.poll() is None, proc.stdout.read().decode()
+                assert proc.poll() is None, run_log.read_text()
                 assert time.monotonic() < deadline, "the service did not come up in 60 s"
                 time.sleep(0.5)
         assert status == 200
@@ -118,6 +119,11 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
         ):
             assert time.monotonic() < deadline, "worker or beat did not start"
             time.sleep(0.5)
+    except Exception:
+        # What the web server, worker and beat said, to see why.
+        for log in [run_log, *sorted((Path(env["VAR_DIR"]) / "log").glob("*.log"))]:
+            print(f"===== {log.name}\n{log.read_text()[-6000:]}")
+        raise
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
