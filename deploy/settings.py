@@ -35,7 +35,10 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 # Public base URL used in Link headers and problem `type` URIs when no request is at hand.
-PUBLIC_BASE_URL = os.environ.get("PUBLIC_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Defaults to where `make run` serves (its PORT, as deploy/run.sh reads it).
+PUBLIC_BASE_URL = os.environ.get(
+    "PUBLIC_BASE_URL", f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}"
+).rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -176,7 +179,7 @@ SPECTACULAR_SETTINGS = {
 # --- Celery ------------------------------------------------------------------------
 # JSON only, late acks, prefetch 1, time limits: the database row is the truth, the
 # broker only says "look at row N". Results are ignored.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {"visibility_timeout": 3600}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
