@@ -57,7 +57,7 @@ class Impact:
     utilisation_before: float = 0.0
     utilisation_after: float = 0.0
     wafers_freed: int = 0
-    notices: dict[str, int] = field(default_factory=dict)  # delivery state -> count
+    notices: dict[str, int] = field(default_factory=dict)  # delivery state (label) -> count
     batches: list[dict] = field(default_factory=list)  # batches with lines still to run on it
     notes: list[str] = field(default_factory=list)
 
@@ -124,9 +124,14 @@ def retirement_impact(
     )
     impact.wafers_freed = _wafers_freed(model)
     impact.batches = _open_batches(model)
-    impact.notices = dict(
-        Notice.objects.filter(model=model).values_list("delivery").annotate(n=Count("id"))
-    )
+    labels = dict(Notice.Delivery.choices)
+    impact.notices = {
+        labels.get(state, state): n
+        for state, n in Notice.objects.filter(model=model)
+        .values_list("delivery")
+        .annotate(n=Count("id"))
+        .order_by("delivery")
+    }
     if successor is None:
         impact.notes.append("No successor: nothing to replay.")
     target = (

@@ -77,7 +77,7 @@ def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_cli
         'id="impact-packages"',
         "acme-robotics",
         "wafers freed",
-        'id="impact-notices">6 none',
+        'id="impact-notices">6 no webhook',
     ):
         assert marker in html
     page = admin_client.get("/admin/catalog/modelversion/").content.decode()
