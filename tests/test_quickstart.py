@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -90,6 +91,12 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
         assert status == 200
         assert body["status"] == "retired" and body["successor"] == "gpt-5.6-sol"
         assert get_json(f"{base}/api/v1/health")[1]["status"] == "ok"
+        # Printed links and problem types name the port the service runs on.
+        assert f"Admin:  {base}/admin/" in setup
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            get_json(f"{base}/api/v1/models/gpt-9/")
+        assert missing.value.code == 404
+        assert json.loads(missing.value.read())["type"].startswith(f"{base}/problems/")
         # A job through the filesystem broker and the quick start's worker.
         key = next(line.split(": ", 1)[1] for line in setup.splitlines() if "demo api key" in line)
         job = post_json(
@@ -119,6 +126,9 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
         ):
             assert time.monotonic() < deadline, "worker or beat did not start"
             time.sleep(0.5)
+        # The filesystem broker's URL names a host: kombu has nothing to warn about.
+        for log in [run_log, log_dir / "worker.log", log_dir / "beat.log"]:
+            assert "No hostname was supplied" not in log.read_text(), log.name
     except Exception:
         # What the web server, worker and beat said, to see why.
         for log in [run_log, *sorted((Path(env["VAR_DIR"]) / "log").glob("*.log"))]:
