@@ -127,9 +127,9 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
 
     from django.utils import timezone
 
-    from routing import batches
-    from routing.files import file_create
-    from routing.keys import account_create
+    from routing.accounts.keys import account_create
+    from routing.batches import service as batches
+    from routing.batches.files import file_create
     from routing.models import Batch
 
     account, _ = account_create(name=f"bench-{uuid.uuid4().hex[:8]}", default_credits=Decimal(1e9))

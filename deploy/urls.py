@@ -9,7 +9,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("catalog.urls")),
-    path("api/v1/", include("routing.urls")),
+    path("api/v1/", include("routing.api.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     # Unknown API paths answer problem+json even with DEBUG on (no HTML error page).

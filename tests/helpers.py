@@ -33,7 +33,7 @@ def tier_option(slug, rank, pool_id, device, nodes, price_in, price_out, **kw):
     from decimal import Decimal
 
     import simengine
-    from routing.router import TierOption
+    from routing.router.route import TierOption
 
     return TierOption(
         tier=slug,

@@ -4,7 +4,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from routing.keys import hash_key
+from routing.accounts.keys import hash_key
 from routing.models import Account, ApiKey, QuotaPackage
 from tests.helpers import ApiClient
 

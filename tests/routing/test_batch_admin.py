@@ -16,8 +16,8 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
 from deploy.celery import app as celery_app
-from routing import batches as B
-from routing.files import file_create
+from routing.batches import service as B
+from routing.batches.files import file_create
 from routing.models import Account, Batch, BatchSchedule, File
 
 pytestmark = pytest.mark.django_db
@@ -193,8 +193,8 @@ def test_actions_never_500(admin_client, account, monkeypatch):
     def boom(**kwargs):
         raise RuntimeError("database on fire")
 
-    monkeypatch.setattr("routing.admin.batch_cancel", boom)
-    monkeypatch.setattr("routing.admin.batch_retry_failed", boom)
+    monkeypatch.setattr("routing.admin.site.batch_cancel", boom)
+    monkeypatch.setattr("routing.admin.site.batch_retry_failed", boom)
     for action in ("cancel_batches", "retry_failed"):
         r = _action(admin_client, action, [batch])
         assert r.status_code == 200

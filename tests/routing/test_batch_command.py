@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from routing.batches import batch_advance, batch_finalize
-from routing.keys import account_create
+from routing.accounts.keys import account_create
+from routing.batches.service import batch_advance, batch_finalize
 from routing.models import Batch
 
 pytestmark = pytest.mark.django_db

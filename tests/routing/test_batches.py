@@ -14,11 +14,12 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion
-from routing import batches as B
-from routing import quota, retirement
-from routing.files import file_create
-from routing.keys import account_create
+from routing.accounts.keys import account_create
+from routing.batches import service as B
+from routing.batches.files import file_create
 from routing.models import Batch, BatchRequest, LedgerEntry, PoolLoad, QuotaReservation
+from routing.quota import service as quota
+from routing.retirement import policies as retirement
 from tests.helpers import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -118,7 +119,7 @@ def test_an_upload_without_a_file_is_a_400(api):
 
 
 def test_more_than_fifty_thousand_requests_is_refused_at_upload(api, monkeypatch):
-    from routing import files
+    from routing.batches import files
 
     monkeypatch.setattr(files, "MAX_BATCH_REQUESTS", 10)
     r = api.post("/api/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl(11))})

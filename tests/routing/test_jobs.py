@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 
 from catalog.models import HardwarePool
-from routing import jobs as jobs_service
-from routing import quota
-from routing.keys import account_create
+from routing.accounts.keys import account_create
+from routing.jobs import service as jobs_service
 from routing.models import Job, LedgerEntry, QuotaPackage, QuotaReservation
+from routing.quota import service as quota
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -187,7 +187,7 @@ def small_pool():
 
 def fill_pool(api) -> list[Job]:
     """Submit and run Standard jobs with a loose deadline until the pool is over full."""
-    from routing.selectors import clear_pool_loads
+    from routing.router.snapshot import clear_pool_loads
 
     first = jobs_service.job_run(submit(api, tier="standard", deadline_seconds=86400).json()["id"])
     ran = [first]
@@ -213,7 +213,7 @@ def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
     small_pool()
     assert submit(api).json()["tier"] == "standard"
     fill_pool(api)
-    from routing.selectors import clear_pool_loads
+    from routing.router.snapshot import clear_pool_loads
 
     clear_pool_loads()
     nxt = submit(api).json()

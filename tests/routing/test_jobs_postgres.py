@@ -7,10 +7,10 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from routing import jobs as jobs_service
-from routing import quota
-from routing.keys import account_create
+from routing.accounts.keys import account_create
+from routing.jobs import service as jobs_service
 from routing.models import Job
+from routing.quota import service as quota
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -1,6 +1,6 @@
 import pytest
 
-from routing.keys import api_key_create, api_key_revoke, hash_key
+from routing.accounts.keys import api_key_create, api_key_revoke, hash_key
 from routing.models import ApiKey
 from tests.helpers import GDPVAL, ApiClient
 

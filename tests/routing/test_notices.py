@@ -10,9 +10,10 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing import notices, quota
-from routing.keys import account_create
+from routing.accounts.keys import account_create
 from routing.models import Account, Notice, QuotaPackage
+from routing.quota import service as quota
+from routing.retirement import notices
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = pytest.mark.django_db

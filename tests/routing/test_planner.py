@@ -12,8 +12,8 @@ from decimal import Decimal
 import pytest
 
 import simengine
-from routing.planner import BatchGroup, Plan, PlanError, plan_batch
-from routing.router import ModelOption, RouteRequest, TierOption, task_cost
+from routing.batches.planner import BatchGroup, Plan, PlanError, plan_batch
+from routing.router.route import ModelOption, RouteRequest, TierOption, task_cost
 from tests.helpers import tier_option
 
 SPECS = simengine.load_catalog_models("catalog/data/catalog.toml")

@@ -5,8 +5,8 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from catalog.models import ModelFamily, ModelVersion, Tier
-from routing import quota
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
+from routing.quota import service as quota
 
 pytestmark = pytest.mark.django_db
 UTC = dt.UTC

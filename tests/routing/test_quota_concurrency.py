@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection, connections
 
-from routing import quota
-from routing.keys import account_create
+from routing.accounts.keys import account_create
 from routing.models import QuotaPackage, QuotaReservation
+from routing.quota import service as quota
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -7,9 +7,9 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion
-from routing.keys import account_create
+from routing.accounts.keys import account_create
 from routing.models import PoolLoad, QuotaPackage, QuotaReservation
-from routing.quota import package_create
+from routing.quota.service import package_create
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -220,7 +220,7 @@ def test_the_schema_documents_quotes_and_quota(client, db):
 
 def test_the_quote_matches_its_documented_schema(api):
     """The quote path builds plain dicts for speed: they must keep the documented shape."""
-    from routing.serializers import CandidateSerializer, QuoteSerializer
+    from routing.api.serializers import CandidateSerializer, QuoteSerializer
 
     body = quote(api, deadline_seconds=600).json()
     assert set(body) == set(QuoteSerializer().fields)

@@ -6,9 +6,10 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing import jobs as jobs_service
-from routing import quota, retirement
+from routing.jobs import service as jobs_service
 from routing.models import Job, QuotaReservation
+from routing.quota import service as quota
+from routing.retirement import policies as retirement
 from tests.helpers import GDPVAL
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,9 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion, Tier
-from routing import quota, retirement
 from routing.models import LedgerEntry, QuotaPackage, RetirementApplication
+from routing.quota import service as quota
+from routing.retirement import policies as retirement
 
 pytestmark = pytest.mark.django_db
 

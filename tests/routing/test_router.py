@@ -6,8 +6,15 @@ from decimal import Decimal
 import pytest
 
 import simengine
-from routing.quota import PackageView
-from routing.router import Benchmark, ModelOption, RouteRequest, TierOption, route, success_rate
+from routing.quota.service import PackageView
+from routing.router.route import (
+    Benchmark,
+    ModelOption,
+    RouteRequest,
+    TierOption,
+    route,
+    success_rate,
+)
 from tests.helpers import tier_option
 
 NOW = dt.datetime(2026, 12, 2, 12, tzinfo=dt.UTC)

@@ -24,7 +24,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 
-from routing.batches import (
+from routing.batches.files import FileRejected, file_create
+from routing.batches.service import (
     BatchError,
     batch_cancel,
     batch_create,
@@ -34,7 +35,6 @@ from routing.batches import (
     parse_window,
     sim_scale,
 )
-from routing.files import FileRejected, file_create
 from routing.models import Account, Batch, BatchRequest
 
 ENDED_BADLY = (Batch.Status.FAILED, Batch.Status.EXPIRED)
@@ -133,7 +133,7 @@ class Command(BaseCommand):
         batch = Batch.objects.select_related("input_file").get(pk=batch.pk)
 
         if o["json"]:
-            from routing.batch_views import batch_json
+            from routing.api.batches import batch_json
 
             self.stdout.write(json.dumps(batch_json(batch), indent=2))
         else:

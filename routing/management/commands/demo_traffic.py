@@ -13,12 +13,12 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import deployment_of, model_spec
 from catalog.models import ModelVersion, Tier
-from routing import quota
-from routing.jobs import fingerprint
-from routing.keys import account_create
+from routing.accounts.keys import account_create
+from routing.jobs.service import fingerprint
 from routing.models import Account, Job, QuotaPackage
-from routing.notices import notices_announce
-from routing.router import RouteRequest, TierOption, prediction_summary, task_cost
+from routing.quota import service as quota
+from routing.retirement.notices import notices_announce
+from routing.router.route import RouteRequest, TierOption, prediction_summary, task_cost
 
 PROFILES = [  # (name, share of jobs, typical shape)
     ("acme-robotics", 0.35, (6000, 2500, 4, 20)),

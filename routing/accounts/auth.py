@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rest_framework import authentication, exceptions, permissions
 
-from routing.keys import KeyRejected, api_key_authenticate
+from routing.accounts.keys import KeyRejected, api_key_authenticate
 from routing.models import Account, ApiKey
 
 

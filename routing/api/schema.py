@@ -4,7 +4,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
 class BearerKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "routing.auth.BearerKeyAuthentication"
+    target_class = "routing.accounts.auth.BearerKeyAuthentication"
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):

@@ -5,14 +5,15 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from routing.core.limits import (
+    MAX_DEADLINE_SECONDS,
+    MAX_TASK_TOKENS,
+    MAX_TOOL_SECONDS,
+    MAX_TURNS,
+    MIN_DEADLINE_SECONDS,
+    tier_word,
+)
 from routing.models import QuotaPackage
-
-# Larger than any context window (1.05 M tokens): anything above is a typo.
-MAX_TASK_TOKENS = 10_000_000
-
-# OpenAI's service_tier words are accepted as they are; `auto` lets the router choose.
-TIER_ALIASES = {"default": "standard", "fast": "priority", "auto": None}
-TIERS = ("flex", "standard", "priority", "ultrafast")
 
 
 class RouteRequestSerializer(serializers.Serializer):
@@ -21,10 +22,12 @@ class RouteRequestSerializer(serializers.Serializer):
     model = serializers.CharField(max_length=80, help_text="Slug, family alias (`sol`) or `auto`.")
     input_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
     output_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
-    turns = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
-    tool_seconds = serializers.FloatField(min_value=0, max_value=7 * 86400, default=0.0)
+    turns = serializers.IntegerField(min_value=1, max_value=MAX_TURNS, default=1)
+    tool_seconds = serializers.FloatField(min_value=0, max_value=MAX_TOOL_SECONDS, default=0.0)
     deadline_seconds = serializers.FloatField(
-        min_value=0.001, max_value=30 * 86400, help_text="Seconds from now; must be > 0."
+        min_value=MIN_DEADLINE_SECONDS,
+        max_value=MAX_DEADLINE_SECONDS,
+        help_text="Seconds from now; must be > 0.",
     )
     max_cost = serializers.DecimalField(
         max_digits=18, decimal_places=6, min_value=Decimal(0), required=False, allow_null=True
@@ -39,16 +42,10 @@ class RouteRequestSerializer(serializers.Serializer):
     )
 
     def validate_tier(self, value):
-        if value is None:
-            return None
-        value = value.strip().lower()
-        if value in TIER_ALIASES:
-            return TIER_ALIASES[value]
-        if value not in TIERS:
-            raise serializers.ValidationError(
-                f"Unknown tier {value!r}; use one of {', '.join(TIERS)} (or default, fast, auto)."
-            )
-        return value
+        try:
+            return tier_word(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def validate(self, attrs):
         total = attrs["input_tokens"] + attrs["output_tokens"]
@@ -193,7 +190,7 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
     def get_retirements(self, obj) -> list[dict]:
         from django.utils import timezone
 
-        from routing.retirement import package_retirements
+        from routing.retirement.policies import package_retirements
 
         return PackageRetirementSerializer(
             package_retirements(obj, self.context.get("now") or timezone.now()), many=True
@@ -219,7 +216,7 @@ class JobOutputSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.Serializer):
-    """Documents the job object (the views build it with routing.views.job_json)."""
+    """Documents the job object (the views build it with routing.api.views.job_json)."""
 
     id = serializers.UUIDField()
     object = serializers.CharField(default="job")

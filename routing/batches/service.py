@@ -12,7 +12,7 @@ command call them):
    requests) fails the whole batch with each problem's line number. A well-formed line
    whose body cannot run (unknown or retired model, bad token counts, over the context
    window) is kept as a failed request and reported in the error file. Then the batch
-   is planned (routing.planner) on the capacity the interactive load and the other
+   is planned (routing.batches.planner) on the capacity the interactive load and the other
    running batches leave; when no plan fits the window the batch fails with the fastest
    plan's makespan. A batch whose start has come starts at once.
 3. `batch_start` (now, or when its start time comes, from beat): planned again on the
@@ -54,12 +54,13 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import HardwarePool, ModelVersion, Tier
-from routing import quota
-from routing.files import MAX_BATCH_REQUESTS, file_lines, file_write
-from routing.jobs import sim_scale, synthetic_text, wall
+from routing.batches.files import MAX_BATCH_REQUESTS, file_lines, file_write
+from routing.batches.planner import BatchGroup, Plan, PlanError, fmt_duration, plan_batch
+from routing.core.limits import MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
+from routing.jobs.service import sim_scale, synthetic_text, wall
 from routing.models import Account, Batch, BatchRequest, BatchSchedule, File
-from routing.planner import BatchGroup, Plan, PlanError, fmt_duration, plan_batch
-from routing.selectors import (
+from routing.quota import service as quota
+from routing.router.snapshot import (
     ModelNotServing,
     ModelRetired,
     ModelUnknown,
@@ -324,18 +325,18 @@ def _task_shape(endpoint: str, body: dict) -> tuple[int, int, int, float]:
             chars += len(content or "")
         inp = max(1, math.ceil(chars / CHARS_PER_TOKEN))
         out_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        out = _int_field(body, out_name, 1, 10_000_000, default=1024)
+        out = _int_field(body, out_name, 1, MAX_TASK_TOKENS, default=1024)
         return inp, out, 1, 0.0
-    inp = _int_field(body, "input_tokens", 1, 10_000_000)
-    out = _int_field(body, "output_tokens", 1, 10_000_000)
-    turns = _int_field(body, "turns", 1, 10_000, default=1)
+    inp = _int_field(body, "input_tokens", 1, MAX_TASK_TOKENS)
+    out = _int_field(body, "output_tokens", 1, MAX_TASK_TOKENS)
+    turns = _int_field(body, "turns", 1, MAX_TURNS, default=1)
     tools = body.get("tool_seconds", 0.0)
     if (
         isinstance(tools, bool)
         or not isinstance(tools, (int, float))
-        or not 0 <= tools <= 7 * 86400
+        or not 0 <= tools <= MAX_TOOL_SECONDS
     ):
-        raise ValueError("body.tool_seconds must be a number from 0 to 604800.")
+        raise ValueError(f"body.tool_seconds must be a number from 0 to {MAX_TOOL_SECONDS}.")
     if out < turns:
         raise ValueError(f"body.output_tokens must be at least turns ({turns}): each turn answers.")
     return inp, out, turns, float(tools)

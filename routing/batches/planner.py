@@ -62,7 +62,7 @@ from decimal import Decimal
 from typing import Any
 
 import simengine
-from routing.router import ModelOption, RouteRequest, TierOption, task_cost
+from routing.router.route import ModelOption, RouteRequest, TierOption, task_cost
 
 BATCH_PRICED_TIERS = frozenset({"flex", "standard"})
 _EPS = 1e-9

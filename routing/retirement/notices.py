@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
+from routing.core import dispatch
 from routing.models import Account, Job, Notice, QuotaPackage
 
 logger = logging.getLogger(__name__)
@@ -135,12 +136,9 @@ def notice_json(notice: Notice) -> dict:
 
 
 def send_delivery(notice_id) -> None:
-    from routing.tasks import deliver_notice
-
-    try:
-        deliver_notice.apply_async(args=[str(notice_id)])
-    except Exception as exc:  # the broker is away: beat's sweep sends pending ones later
-        logger.warning("notice %s not sent to a worker (%s)", notice_id, exc)
+    """Deliver the notice's webhook on a worker; beat's sweep sends pending ones later
+    when the broker is away."""
+    dispatch.send_now("routing.deliver_notice", str(notice_id))
 
 
 def _post(url: str, payload: dict, notice_id: str) -> None:

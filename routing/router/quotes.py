@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from catalog import lifecycle
 from routing.models import Account
-from routing.quota import account_packages
-from routing.router import RouteDecision, RouteRequest, route
-from routing.selectors import (
+from routing.quota.service import account_packages
+from routing.router.route import RouteDecision, RouteRequest, route
+from routing.router.snapshot import (
     ModelNotServing,
     Resolved,
     auto_candidates,

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from routing import batch_views, views
+from routing.api import batches as batch_views
+from routing.api import views
 
 urlpatterns = [
     path("quotes", views.QuoteView.as_view(), name="quote"),

@@ -29,11 +29,12 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import HardwarePool, ModelVersion
-from routing import quota
+from routing.core import dispatch
 from routing.models import Account, Job
-from routing.quotes import Quote, quote_build
-from routing.router import RouteRequest
-from routing.selectors import ModelRetired
+from routing.quota import service as quota
+from routing.router.quotes import Quote, quote_build
+from routing.router.route import RouteRequest
+from routing.router.snapshot import ModelRetired
 
 logger = logging.getLogger(__name__)
 
@@ -216,25 +217,19 @@ def _create_job(
     )
 
 
+RUN_TASK = "routing.run_job"
+FINISH_TASK = "routing.finish_job"
+
+
 def send_run(job_id) -> None:
     """Hand the job to a worker. A broker that is down loses nothing: the job stays
     queued in the database and the sweeper sends it again."""
-    from routing.tasks import run_job
-
-    try:
-        run_job.apply_async(args=[str(job_id)], retry=True)
-    except Exception as exc:  # kombu/redis raise many kinds when the broker is away
-        logger.warning("job %s accepted but not sent (%s); the sweeper will send it", job_id, exc)
+    dispatch.send_now(RUN_TASK, str(job_id), retry=True)
 
 
 def send_finish(job_id, at: dt.datetime) -> None:
-    from routing.tasks import finish_job
-
-    delay = max(0.0, (at - timezone.now()).total_seconds())
-    try:
-        finish_job.apply_async(args=[str(job_id)], countdown=delay)
-    except Exception as exc:
-        logger.warning("finish of job %s not scheduled (%s); the sweeper will do it", job_id, exc)
+    """Finish the job at `at` (wall); a lost message is the sweeper's to finish."""
+    dispatch.send_now(FINISH_TASK, str(job_id), countdown=(at - timezone.now()).total_seconds())
 
 
 # --- The worker's side ------------------------------------------------------------------
@@ -338,6 +333,18 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
         job.cost = reservation.charged
         job.save(update_fields=["status", "finished_at", "cost"])
         return job
+
+
+def job_finish_when_due(job_id, *, at: dt.datetime | None = None) -> Job | None:
+    """The finish message's work: finish the job, or, when the message came a hair
+    early (or the job is done already), look again when it is due."""
+    done = job_finish(job_id, at=at)
+    if done is None:
+        now = at or timezone.now()
+        job = Job.objects.filter(pk=job_id, status=Job.Status.RUNNING).only("finishes_at").first()
+        if job is not None and job.finishes_at and job.finishes_at > now:
+            send_finish(job_id, job.finishes_at)
+    return done
 
 
 def job_cancel(*, job: Job, at: dt.datetime | None = None) -> Job:

@@ -20,7 +20,7 @@ from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import Deployment, ModelVersion, Price, Tier
 from routing.models import Job, Notice, QuotaPackage
-from routing.selectors import pool_loads
+from routing.router.snapshot import pool_loads
 
 WINDOW = dt.timedelta(days=30)
 
@@ -76,7 +76,7 @@ class Impact:
 
 def _open_batches(model: ModelVersion) -> list[dict]:
     """Batches not yet ended with lines on the model that have not started: on the day
-    these lines are planned again on the successor (routing.batches.batches_reroute)."""
+    these lines are planned again on the successor (routing.batches.service.batches_reroute)."""
     from routing.models import Batch, BatchRequest
 
     rows = (

@@ -13,8 +13,8 @@ from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import Benchmark, Deployment, ModelVersion, Price, Tier
 from routing.models import PoolLoad
-from routing.router import Benchmark as RouterBenchmark
-from routing.router import ModelOption, TierOption, normalise_task
+from routing.router.route import Benchmark as RouterBenchmark
+from routing.router.route import ModelOption, TierOption, normalise_task
 
 # The catalog changes only when an admin edits it, and the quote path reads it on every
 # request: keep it for a few seconds per process, and drop it at once on a local save.
@@ -135,7 +135,7 @@ def own_pool_occupancy() -> dict[int, float]:
     """Share of each pool's slots held or awaited by this service's jobs."""
     from django.utils import timezone
 
-    from routing.jobs import own_occupancy
+    from routing.jobs.service import own_occupancy
 
     return own_occupancy(timezone.now())
 

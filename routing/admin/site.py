@@ -1,6 +1,6 @@
 """Admin for accounts, keys, quota, pool load, jobs and batches. Balance columns are
-read-only here: they change only through routing.quota (with a ledger row). Batches and
-their files are written only by routing.batches; the admin watches them and its actions
+read-only here: they change only through routing.quota.service (with a ledger row). Batches and
+their files are written only by routing.batches.service; the admin watches them and its actions
 call the services."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from django.utils.safestring import mark_safe
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing import quota
-from routing.batches import (
+from routing.accounts.keys import api_key_create, api_key_revoke
+from routing.batches.service import (
     BatchError,
     batch_cancel,
     batch_chart,
@@ -35,8 +35,7 @@ from routing.batches import (
     schedule_check,
     schedule_sync,
 )
-from routing.jobs import JobNotCancellable, job_cancel
-from routing.keys import api_key_create, api_key_revoke
+from routing.jobs.service import JobNotCancellable, job_cancel
 from routing.models import (
     Account,
     ApiKey,
@@ -52,9 +51,10 @@ from routing.models import (
     QuotaReservation,
     RetirementApplication,
 )
-from routing.quotes import quote_build
-from routing.router import RouteRequest
-from routing.selectors import ModelNotServing, ModelRetired, ModelUnknown
+from routing.quota import service as quota
+from routing.router.quotes import quote_build
+from routing.router.route import RouteRequest
+from routing.router.snapshot import ModelNotServing, ModelRetired, ModelUnknown
 
 logger = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Deliver again (failed or pending webhooks)")
     def retry_delivery(self, request, queryset):
-        from routing.notices import send_delivery
+        from routing.retirement.notices import send_delivery
 
         ids = list(
             queryset.exclude(account__webhook_url="")
@@ -390,7 +390,7 @@ class JobAdmin(ReadOnlyAdmin):
     def impact_view(self, request, slug: str):
         """Retirement impact of a model: users, migration replay, capacity, chart."""
         from catalog.models import ModelVersion, Tier
-        from routing.impact import impact_chart, retirement_impact
+        from routing.retirement.impact import impact_chart, retirement_impact
 
         model = ModelVersion.objects.filter(slug=slug).first()
         if model is None:
@@ -482,7 +482,7 @@ def _file_links(f: File | None):
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
-    """Batches are written only by routing.batches (API, tasks, beat); the admin watches
+    """Batches are written only by routing.batches.service (API, tasks, beat); the admin watches
     them, and its actions cancel them or retry their failed requests through the
     services. The change page stays read-only: saving the whole row could overwrite what
     a running chain link just wrote."""
@@ -876,7 +876,7 @@ class BatchScheduleForm(forms.ModelForm):
         return text
 
     def clean(self):
-        # The rules live in the service (routing.batches.schedule_check).
+        # The rules live in the service (routing.batches.service.schedule_check).
         data = super().clean()
         account, f = data.get("account"), data.get("input_file")
         if account is None or f is None or "completion_window" not in data:
@@ -900,7 +900,7 @@ class BatchScheduleForm(forms.ModelForm):
 @admin.register(BatchSchedule)
 class BatchScheduleAdmin(admin.ModelAdmin):
     """Recurring batches. Saving keeps the django-celery-beat periodic task in step
-    (routing.batches.schedule_sync); deleting a schedule deletes its periodic task."""
+    (routing.batches.service.schedule_sync); deleting a schedule deletes its periodic task."""
 
     form = BatchScheduleForm
     list_display = [

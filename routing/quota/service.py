@@ -21,8 +21,8 @@ from django.db.models.functions import Round
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
+from routing.core.sql import as_decimal, as_utc
 from routing.models import Account, LedgerEntry, QuotaPackage, QuotaReservation
-from routing.sql import as_decimal, as_utc
 
 ZERO = Decimal(0)
 CREDIT_QUANTUM = Decimal("0.000001")

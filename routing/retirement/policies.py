@@ -24,7 +24,7 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.models import Job, LedgerEntry, QuotaPackage, RetirementApplication
-from routing.quota import credits
+from routing.quota.service import credits
 
 
 def tied_packages(model: ModelVersion) -> QuerySet[QuotaPackage]:
@@ -122,7 +122,7 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
     ).distinct()
     totals["rerouted"] = sum(jobs_reroute(model=m, at=at)["rerouted"] for m in rerouting)
     # Batch lines not yet started on retired models: re-planned on the successor.
-    from routing.batches import batches_reroute
+    from routing.batches.service import batches_reroute
     from routing.models import BatchRequest
 
     with_lines = ModelVersion.objects.filter(
@@ -165,7 +165,7 @@ def on_model_retired(sender, model: ModelVersion, **kwargs) -> None:
     """Retire-now in the admin applies the day's work at once (beat would within a
     minute anyway): quota policies, re-routing of jobs where the model's policy says so,
     and re-planning of batch lines not yet started."""
-    from routing.batches import batches_reroute
+    from routing.batches.service import batches_reroute
 
     quota_apply_retirement(model=model)
     jobs_reroute(model=model)
@@ -178,10 +178,10 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
     jobs finish where they are; a job the successor cannot take (deadline, quota) stays
     and finishes on the retired model. Idempotent: only queued jobs still on the retired
     model are touched."""
-    from routing.jobs import placement_fields
-    from routing.quota import account_packages, quota_release, quota_reserve_for
-    from routing.router import RouteRequest, route
-    from routing.selectors import model_option, pool_loads
+    from routing.jobs.service import placement_fields
+    from routing.quota.service import account_packages, quota_release, quota_reserve_for
+    from routing.router.route import RouteRequest, route
+    from routing.router.snapshot import model_option, pool_loads
 
     at = at or timezone.now()
     done = {"rerouted": 0, "kept": 0}

@@ -11,8 +11,8 @@ import secrets
 from django.db import connection, transaction
 from django.utils import timezone
 
+from routing.core.sql import as_utc
 from routing.models import Account, ApiKey
-from routing.sql import as_utc
 
 KEY_PREFIX = "mlr_"
 # Writing last_used_at on every request would make every read a write.
@@ -88,7 +88,7 @@ def account_create(
     """A new account with one key and a default monthly package on every model."""
     from decimal import Decimal
 
-    from routing.quota import package_create
+    from routing.quota.service import package_create
 
     account = Account.objects.create(name=name, auto_migrate=auto_migrate)
     _, raw = api_key_create(account=account)

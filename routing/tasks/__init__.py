@@ -6,15 +6,15 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from routing.jobs import job_finish, job_run, jobs_sweep
-from routing.notices import (
+from routing.jobs.service import job_finish_when_due, job_run, jobs_sweep
+from routing.quota.service import quota_reset_due
+from routing.retirement.notices import (
     WEBHOOK_MAX_ATTEMPTS,
     WebhookError,
     notice_deliver,
     notices_announce_due,
 )
-from routing.quota import quota_reset_due
-from routing.retirement import retirements_apply_due
+from routing.retirement.policies import retirements_apply_due
 
 # Expected, passing errors (the database restarting, a connection cut): retry with
 # exponential backoff and jitter. Anything else is a bug and is logged by Celery.
@@ -47,16 +47,7 @@ def run_job(job_id: str) -> None:
 @shared_task(name="routing.finish_job", ignore_result=True, **RETRY)
 def finish_job(job_id: str) -> None:
     _reset_connections()
-    if job_finish(job_id) is None:
-        # Already done, or a countdown that fired a hair early: look again when due.
-        from django.utils import timezone
-
-        from routing.jobs import send_finish
-        from routing.models import Job
-
-        job = Job.objects.filter(pk=job_id, status=Job.Status.RUNNING).first()
-        if job is not None and job.finishes_at and job.finishes_at > timezone.now():
-            send_finish(job.pk, job.finishes_at)
+    job_finish_when_due(job_id)
 
 
 @shared_task(name="routing.sweep_jobs", ignore_result=True, **RETRY)
@@ -115,7 +106,7 @@ def backoff_seconds(retries: int) -> float:
 
 @shared_task(name="routing.validate_batch", ignore_result=True, **RETRY)
 def validate_batch(batch_id: str) -> None:
-    from routing.batches import batch_validate
+    from routing.batches.service import batch_validate
 
     _reset_connections()
     batch_validate(batch_id)
@@ -124,7 +115,7 @@ def validate_batch(batch_id: str) -> None:
 @shared_task(name="routing.advance_batch", ignore_result=True, **RETRY)
 def advance_batch(batch_id: str) -> None:
     """One link of a running batch's chain; it sends the next."""
-    from routing.batches import batch_advance
+    from routing.batches.service import batch_advance
 
     _reset_connections()
     batch_advance(batch_id)
@@ -132,7 +123,7 @@ def advance_batch(batch_id: str) -> None:
 
 @shared_task(name="routing.finalize_batch", ignore_result=True, **RETRY)
 def finalize_batch(batch_id: str) -> None:
-    from routing.batches import batch_finalize
+    from routing.batches.service import batch_finalize
 
     _reset_connections()
     batch_finalize(batch_id)
@@ -142,7 +133,7 @@ def finalize_batch(batch_id: str) -> None:
 def sweep_batches() -> dict:
     """Beat: start due batches, expire overdue ones, finalize finished ones, restart lost
     chains (idempotent)."""
-    from routing.batches import batches_sweep
+    from routing.batches.service import batches_sweep
 
     _reset_connections()
     return batches_sweep()
@@ -151,7 +142,7 @@ def sweep_batches() -> dict:
 @shared_task(name="routing.start_scheduled_batch", ignore_result=True, **RETRY)
 def start_scheduled_batch(schedule_id: int) -> str | None:
     """A recurring batch's periodic task (django-celery-beat): one batch per firing."""
-    from routing.batches import batch_from_schedule
+    from routing.batches.service import batch_from_schedule
 
     _reset_connections()
     batch = batch_from_schedule(int(schedule_id))

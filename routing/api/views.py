@@ -1,4 +1,4 @@
-"""The client API: quotes and quota. Thin: validation, then routing.quotes."""
+"""The client API: quotes and quota. Thin: validation, then routing.router.quotes."""
 
 from __future__ import annotations
 
@@ -18,8 +18,16 @@ from catalog import lifecycle
 from catalog.models import ModelVersion
 from deploy.pagination import ListCursorPagination
 from deploy.problems import Problem
-from routing.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
-from routing.jobs import (
+from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
+from routing.api.serializers import (
+    JobRequestSerializer,
+    JobSerializer,
+    QuotaPackageSerializer,
+    QuoteSerializer,
+    RouteRequestSerializer,
+    TimingsSerializer,
+)
+from routing.jobs.service import (
     IdempotencyConflict,
     IdempotencyMismatch,
     JobNotCancellable,
@@ -30,19 +38,11 @@ from routing.jobs import (
     synthetic_output,
 )
 from routing.models import Job, Notice, QuotaPackage
-from routing.notices import notice_json
-from routing.quota import QuotaExhausted
-from routing.quotes import AutoNeedsTask, Quote, quote_build
-from routing.router import Candidate, RouteRequest
-from routing.selectors import ModelNotServing, ModelRetired, ModelUnknown
-from routing.serializers import (
-    JobRequestSerializer,
-    JobSerializer,
-    QuotaPackageSerializer,
-    QuoteSerializer,
-    RouteRequestSerializer,
-    TimingsSerializer,
-)
+from routing.quota.service import QuotaExhausted
+from routing.retirement.notices import notice_json
+from routing.router.quotes import AutoNeedsTask, Quote, quote_build
+from routing.router.route import Candidate, RouteRequest
+from routing.router.snapshot import ModelNotServing, ModelRetired, ModelUnknown
 
 PROBLEM_RESPONSES = {
     code: OpenApiResponse(description=desc)
@@ -571,7 +571,7 @@ class JobCancelView(ClientAPIView):
 
 
 class NoticeSerializer(serializers.Serializer):
-    """Documents a notice (built by routing.notices.notice_json)."""
+    """Documents a notice (built by routing.retirement.notices.notice_json)."""
 
     id = serializers.UUIDField()
     object = serializers.CharField(default="notice")

@@ -1,5 +1,5 @@
 """The files and batches API (OpenAI's Batch API shape). Thin: arguments, then
-routing.files / routing.batches."""
+routing.batches.files / routing.batches.service."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
-from routing.batches import BatchError, batch_cancel, batch_create, sim_scale
-from routing.files import FileRejected, file_create, file_json
+from routing.api.views import ClientAPIView, JobCursorPagination, _iso, filter_choice
+from routing.batches.files import FileRejected, file_create, file_json
+from routing.batches.service import BatchError, batch_cancel, batch_create, sim_scale
 from routing.models import Batch, File
-from routing.views import ClientAPIView, JobCursorPagination, _iso, filter_choice
 
 
 class FileSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ by a quota package; choose the cheapest, ties to the faster.
 `route` is a pure function of its inputs (a catalog snapshot, the account's packages,
 pool loads, the time): views, the batch planner and the admin call it alike, and the
 benchmark calls it in a loop. Loading those inputs from the database is
-`routing.selectors`' job.
+`routing.router.snapshot`' job.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import simengine
-from routing.quota import PackageView, choose_package, earliest_reset, payment_order
+from routing.quota.service import PackageView, choose_package, earliest_reset, payment_order
 
 MILLION = Decimal(1_000_000)
 

@@ -1,0 +1,50 @@
+"""Accounts and their API keys (stored hashed)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Account(models.Model):
+    """An organisation: the tenant every key, package and job belongs to."""
+
+    name = models.CharField(max_length=120, unique=True)
+    webhook_url = models.URLField(
+        blank=True,
+        help_text="Notices (e.g. a retirement affecting this account) are POSTed here as JSON.",
+    )
+    auto_migrate = models.BooleanField(
+        default=False,
+        help_text="Opted in to automatic migration: work for a retired model is quoted on "
+        "its successor instead of refused with 410.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """A bearer key. Only its SHA-256 is stored; the key is shown once, at creation."""
+
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=120, default="default")
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a key.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["account", "-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.account.name}, {self.name})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
