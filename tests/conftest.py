@@ -22,7 +22,7 @@ def on_postgres():
 def fresh_process_caches():
     """Each test starts with empty per-process caches (rows roll back between tests,
     ids do not)."""
-    from routing.quota.service import clear_scopes
+    from routing.quota import clear_scopes
     from routing.router.snapshot import clear_pool_loads, clear_snapshot
 
     clear_snapshot()

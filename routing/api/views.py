@@ -27,22 +27,22 @@ from routing.api.serializers import (
     RouteRequestSerializer,
     TimingsSerializer,
 )
-from routing.jobs.service import (
+from routing.core.clock import sim_scale
+from routing.jobs.cancel import job_cancel
+from routing.jobs.errors import (
     IdempotencyConflict,
     IdempotencyMismatch,
     JobNotCancellable,
     NoTierChosen,
-    job_cancel,
-    job_submit,
-    sim_scale,
-    synthetic_output,
 )
+from routing.jobs.output import synthetic_output
+from routing.jobs.submit import job_submit
 from routing.models import Job, Notice, QuotaPackage
-from routing.quota.service import QuotaExhausted
+from routing.quota import QuotaExhausted
 from routing.retirement.notices import notice_json
 from routing.router.quotes import AutoNeedsTask, Quote, quote_build
+from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
 from routing.router.route import Candidate, RouteRequest
-from routing.router.snapshot import ModelNotServing, ModelRetired, ModelUnknown
 
 PROBLEM_RESPONSES = {
     code: OpenApiResponse(description=desc)

@@ -10,16 +10,10 @@ from dataclasses import dataclass
 
 from catalog import lifecycle
 from routing.models import Account
-from routing.quota.service import account_packages
+from routing.quota import account_packages
+from routing.router.resolve import ModelNotServing, Resolved, auto_candidates, resolve_for_routing
 from routing.router.route import RouteDecision, RouteRequest, route
-from routing.router.snapshot import (
-    ModelNotServing,
-    Resolved,
-    auto_candidates,
-    model_option,
-    pool_loads,
-    resolve_for_routing,
-)
+from routing.router.snapshot import model_option, pool_loads
 
 AUTO = "auto"
 

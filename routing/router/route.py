@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import simengine
-from routing.quota.service import PackageView, choose_package, earliest_reset, payment_order
+from routing.quota import PackageView, choose_package, earliest_reset, payment_order
 
 MILLION = Decimal(1_000_000)
 

@@ -13,10 +13,10 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import deployment_of, model_spec
 from catalog.models import ModelVersion, Tier
-from routing.accounts.keys import account_create
-from routing.jobs.service import fingerprint
+from routing import quota
+from routing.accounts.accounts import account_create
+from routing.jobs.submit import fingerprint
 from routing.models import Account, Job, QuotaPackage
-from routing.quota import service as quota
 from routing.retirement.notices import notices_announce
 from routing.router.route import RouteRequest, TierOption, prediction_summary, task_cost
 
