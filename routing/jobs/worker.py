@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import simengine
-from catalog.engine import engine_deployment, model_spec
+from catalog.engine import predict_on
 from catalog.models import HardwarePool
 from routing import quota
 from routing.core import dispatch
@@ -73,16 +73,14 @@ def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
         if job is None:
             return None  # done, cancelled, or claimed by another delivery
         try:
-            pred = simengine.predict(
-                model_spec(job.model),
-                engine_deployment(job.pool, job.tier.slug),
-                simengine.TaskProfile(
-                    input_tokens=job.input_tokens,
-                    output_tokens=job.output_tokens,
-                    turns=job.turns,
-                    tool_seconds=job.tool_seconds,
-                ),
-                breakdown=False,
+            pred = predict_on(
+                job.model,
+                job.pool,
+                job.tier.slug,
+                input_tokens=job.input_tokens,
+                output_tokens=job.output_tokens,
+                turns=job.turns,
+                tool_seconds=job.tool_seconds,
             )
         except simengine.SimEngineError as exc:
             job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at

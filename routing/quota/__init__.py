@@ -25,6 +25,8 @@ from routing.quota.packages import (
     earliest_reset,
     package_create,
     payment_order,
+    tied_packages,
+    tied_pairs,
 )
 from routing.quota.periods import next_period_start, period_start_for
 
@@ -51,4 +53,6 @@ __all__ = [
     "quota_reserve_for",
     "quota_reset_due",
     "quota_settle",
+    "tied_packages",
+    "tied_pairs",
 ]

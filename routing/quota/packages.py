@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
@@ -153,6 +154,19 @@ m2m_changed.connect(
     clear_scopes, sender=QuotaPackage.model_versions.through, dispatch_uid="scope-m"
 )
 m2m_changed.connect(clear_scopes, sender=QuotaPackage.tiers.through, dispatch_uid="scope-t")
+
+
+def tied_packages(model) -> QuerySet[QuotaPackage]:
+    """Packages tied to a model: scope "models" naming it (what its retirement touches)."""
+    return QuotaPackage.objects.filter(scope=QuotaPackage.Scope.MODELS, model_versions=model)
+
+
+def tied_pairs() -> set[tuple[int, int]]:
+    """Every (package id, model id) a package is tied by: `tied_packages` for all models."""
+    through = QuotaPackage.model_versions.through.objects.filter(
+        quotapackage__scope=QuotaPackage.Scope.MODELS
+    )
+    return set(through.values_list("quotapackage_id", "modelversion_id"))
 
 
 def payment_order(packages: Iterable[PackageView]) -> list[PackageView]:

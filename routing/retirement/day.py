@@ -11,7 +11,8 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.batches.service import batches_reroute
-from routing.models import BatchRequest, Job, QuotaPackage, RetirementApplication
+from routing.models import BatchRequest, Job, RetirementApplication
+from routing.quota import tied_pairs
 from routing.retirement.policies import quota_apply_retirement
 from routing.retirement.reroute import jobs_reroute
 
@@ -21,11 +22,7 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
     yet handled (beat, every minute; also the admin's retire-now)."""
     at = at or timezone.now()
     totals = {"models": 0, "applied": 0, "rerouted": 0, "batch_lines_moved": 0}
-    through = QuotaPackage.model_versions.through.objects.filter(
-        quotapackage__scope=QuotaPackage.Scope.MODELS
-    )
-    tied = set(through.values_list("quotapackage_id", "modelversion_id"))
-    tied -= set(RetirementApplication.objects.values_list("package_id", "model_id"))
+    tied = tied_pairs() - set(RetirementApplication.objects.values_list("package_id", "model_id"))
     pending = ModelVersion.objects.filter(
         lifecycle.status_q(lifecycle.RETIRED, at), pk__in={m for _, m in tied}
     )

@@ -18,19 +18,12 @@ import datetime as dt
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.models import LedgerEntry, QuotaPackage, RetirementApplication
-from routing.quota import credits
-
-
-def tied_packages(model: ModelVersion) -> QuerySet[QuotaPackage]:
-    return QuotaPackage.objects.filter(
-        scope=QuotaPackage.Scope.MODELS, model_versions=model
-    ).distinct()
+from routing.quota import credits, tied_packages
 
 
 def quota_apply_retirement(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
