@@ -25,16 +25,12 @@ from django.utils.safestring import mark_safe
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.accounts.keys import api_key_create, api_key_revoke
-from routing.batches.service import (
-    BatchError,
-    batch_cancel,
-    batch_chart,
-    batch_progress,
-    batch_retry_failed,
-    parse_window,
-    schedule_check,
-    schedule_sync,
-)
+from routing.batches.cancel import batch_cancel, batch_retry_failed
+from routing.batches.create import schedule_check
+from routing.batches.errors import BatchError
+from routing.batches.params import parse_window
+from routing.batches.progress import batch_chart, batch_progress
+from routing.batches.schedules import schedule_sync
 from routing.jobs.service import JobNotCancellable, job_cancel
 from routing.models import (
     Account,

@@ -13,8 +13,11 @@ from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
 from routing.api.views import ClientAPIView, JobCursorPagination, _iso, filter_choice
+from routing.batches.cancel import batch_cancel
+from routing.batches.create import batch_create
+from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected, file_create, file_json
-from routing.batches.service import BatchError, batch_cancel, batch_create, sim_scale
+from routing.core.clock import sim_scale
 from routing.models import Batch, File
 
 

@@ -122,7 +122,7 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
     ).distinct()
     totals["rerouted"] = sum(jobs_reroute(model=m, at=at)["rerouted"] for m in rerouting)
     # Batch lines not yet started on retired models: re-planned on the successor.
-    from routing.batches.service import batches_reroute
+    from routing.batches.reroute import batches_reroute
     from routing.models import BatchRequest
 
     with_lines = ModelVersion.objects.filter(
@@ -165,7 +165,7 @@ def on_model_retired(sender, model: ModelVersion, **kwargs) -> None:
     """Retire-now in the admin applies the day's work at once (beat would within a
     minute anyway): quota policies, re-routing of jobs where the model's policy says so,
     and re-planning of batch lines not yet started."""
-    from routing.batches.service import batches_reroute
+    from routing.batches.reroute import batches_reroute
 
     quota_apply_retirement(model=model)
     jobs_reroute(model=model)

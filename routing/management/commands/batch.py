@@ -7,7 +7,7 @@ watch a batch's progress, list and cancel batches.
     manage.py batch list [--account NAME] [--status S] [--limit 20]
     manage.py batch cancel ID
 
-Thin: the rules are in routing/files.py and routing/batches.py. `watch` only observes;
+Thin: the rules are in routing/batches/ (files, create, validation, cancel, progress). `watch` only observes;
 the batch is advanced by the Celery workers. An ID may be a batch's full id or a
 unique prefix of it (at least 8 characters).
 """
@@ -24,17 +24,14 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 
+from routing.batches.cancel import batch_cancel
+from routing.batches.create import batch_create
+from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected, file_create
-from routing.batches.service import (
-    BatchError,
-    batch_cancel,
-    batch_create,
-    batch_progress,
-    batch_validate,
-    parse_start,
-    parse_window,
-    sim_scale,
-)
+from routing.batches.params import parse_start, parse_window
+from routing.batches.progress import batch_progress
+from routing.batches.validation import batch_validate
+from routing.core.clock import sim_scale
 from routing.models import Account, Batch, BatchRequest
 
 ENDED_BADLY = (Batch.Status.FAILED, Batch.Status.EXPIRED)
