@@ -21,7 +21,7 @@ from routing.batches.create import batch_create
 from routing.batches.files import file_create
 from routing.batches.finish import batch_finalize
 from routing.batches.runner import batch_advance
-from routing.batches.schedules import SCHEDULE_TASK, batch_from_schedule
+from routing.batches.schedules import SCHEDULE_TASK, batch_from_schedule, schedule_delete
 from routing.batches.validation import batch_validate
 from routing.models import Account, Batch, BatchSchedule, File
 
@@ -328,6 +328,19 @@ def test_deleting_a_schedule_deletes_its_periodic_task(admin_client, account, cr
     )
     assert r.status_code == 302
     assert not BatchSchedule.objects.exists() and not PeriodicTask.objects.exists()
+
+
+def test_schedule_delete_deletes_the_schedule_and_its_periodic_task(
+    admin_client, account, crontab_2am
+):
+    f = _upload(account, 3)
+    admin_client.post("/admin/routing/batchschedule/add/", _schedule_form(account, f, crontab_2am))
+    schedule = BatchSchedule.objects.get()
+    batch = batch_from_schedule(schedule.pk)
+    schedule_delete(schedule=schedule)
+    assert not BatchSchedule.objects.exists() and not PeriodicTask.objects.exists()
+    batch.refresh_from_db()
+    assert batch.schedule_id is None  # its batches stay
 
 
 def test_resync_action_restores_a_periodic_task_deleted_by_hand(admin_client, account, crontab_2am):
