@@ -128,8 +128,11 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
     from django.utils import timezone
 
     from routing.accounts.accounts import account_create
-    from routing.batches import service as batches
+    from routing.batches import planning, validation
+    from routing.batches.create import batch_create
     from routing.batches.files import file_create
+    from routing.batches.planning import batch_start
+    from routing.batches.validation import batch_validate
     from routing.models import Batch
 
     account, _ = account_create(name=f"bench-{uuid.uuid4().hex[:8]}", default_credits=Decimal(1e9))
@@ -147,10 +150,12 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
 
     t = Timer()
     # The parts of batch_validate, timed where it calls them.
-    batches.parse_file = t.wrap("  parse (read, check lines)", batches.parse_file)
-    batches._groups = t.wrap("  plan: shape query", batches._groups)
-    batches.plan_batch = t.wrap("  plan: planner", batches.plan_batch)
-    batches.insert_requests = t.wrap("  row insert (COPY on PostgreSQL)", batches.insert_requests)
+    validation.parse_file = t.wrap("  parse (read, check lines)", validation.parse_file)
+    planning.request_groups = t.wrap("  plan: shape query", planning.request_groups)
+    planning.plan_batch = t.wrap("  plan: planner", planning.plan_batch)
+    validation.insert_requests = t.wrap(
+        "  row insert (COPY on PostgreSQL)", validation.insert_requests
+    )
 
     with t("file_create (measure, hash, store)"):
         with path.open("rb") as fh:
@@ -158,14 +163,14 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
     at = timezone.now()
     start = at + dt.timedelta(hours=1)  # so batch_validate does not start it: timed apart
     with t("batch_create"):
-        batch = batches.batch_create(
+        batch = batch_create(
             account=account, input_file_id=f.id, completion_window="24h", start_at=start, at=at
         )
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
     with t("batch_validate"):
-        batch = batches.batch_validate(batch.pk, at=at)
+        batch = batch_validate(batch.pk, at=at)
     if prof:
         prof.disable()
     assert batch.status == Batch.Status.VALIDATING and batch.validated_at, batch.errors
@@ -173,7 +178,7 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
     plan_s = t.seconds.pop("  plan: shape query", 0.0) + planner_s
     groups = len(batch.plan["assignments"])
     with t("batch_start (replan, reserve, assign tiers)"):
-        started = batches.batch_start(batch.pk, at=start)
+        started = batch_start(batch.pk, at=start)
     assert started is not None and started.status == Batch.Status.IN_PROGRESS, started
     return {
         "n": n,

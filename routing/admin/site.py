@@ -1,6 +1,6 @@
 """Admin for accounts, keys, quota, pool load, jobs and batches. Balance columns are
 read-only here: they change only through routing.quota (with a ledger row). Batches and
-their files are written only by routing.batches.service; the admin watches them and its actions
+their files are written only by routing.batches; the admin watches them and its actions
 call the services."""
 
 from __future__ import annotations
@@ -26,16 +26,12 @@ from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing import quota
 from routing.accounts.keys import api_key_create, api_key_revoke
-from routing.batches.service import (
-    BatchError,
-    batch_cancel,
-    batch_chart,
-    batch_progress,
-    batch_retry_failed,
-    parse_window,
-    schedule_check,
-    schedule_sync,
-)
+from routing.batches.cancel import batch_cancel, batch_retry_failed
+from routing.batches.create import schedule_check
+from routing.batches.errors import BatchError
+from routing.batches.params import parse_window
+from routing.batches.progress import batch_chart, batch_progress
+from routing.batches.schedules import schedule_sync
 from routing.jobs.cancel import job_cancel
 from routing.jobs.errors import JobNotCancellable
 from routing.models import (
@@ -483,7 +479,7 @@ def _file_links(f: File | None):
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdmin):
-    """Batches are written only by routing.batches.service (API, tasks, beat); the admin watches
+    """Batches are written only by routing.batches (API, tasks, beat); the admin watches
     them, and its actions cancel them or retry their failed requests through the
     services. The change page stays read-only: saving the whole row could overwrite what
     a running chain link just wrote."""
@@ -877,7 +873,7 @@ class BatchScheduleForm(forms.ModelForm):
         return text
 
     def clean(self):
-        # The rules live in the service (routing.batches.service.schedule_check).
+        # The rules live in the service (routing.batches.create.schedule_check).
         data = super().clean()
         account, f = data.get("account"), data.get("input_file")
         if account is None or f is None or "completion_window" not in data:
@@ -901,7 +897,7 @@ class BatchScheduleForm(forms.ModelForm):
 @admin.register(BatchSchedule)
 class BatchScheduleAdmin(admin.ModelAdmin):
     """Recurring batches. Saving keeps the django-celery-beat periodic task in step
-    (routing.batches.service.schedule_sync); deleting a schedule deletes its periodic task."""
+    (routing.batches.schedules.schedule_sync); deleting a schedule deletes its periodic task."""
 
     form = BatchScheduleForm
     list_display = [

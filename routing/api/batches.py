@@ -15,7 +15,8 @@ from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.serializers import BatchCreateSerializer, BatchSerializer
 from routing.api.shapes import batch_json
-from routing.batches.service import batch_cancel, batch_create
+from routing.batches.cancel import batch_cancel
+from routing.batches.create import batch_create
 from routing.models import Batch
 
 

@@ -18,8 +18,8 @@ from drf_spectacular.utils import OpenApiResponse
 from deploy.problems import Problem
 from routing.api.base import model_url
 from routing.api.shapes import candidate_brief, candidate_json
+from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected
-from routing.batches.service import BatchError
 from routing.jobs.errors import (
     IdempotencyConflict,
     IdempotencyMismatch,

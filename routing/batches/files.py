@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from django.core.files import File as DjangoFile
 from django.db import transaction
 
+from routing.core.formats import iso
 from routing.models import Account, File
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
@@ -22,11 +23,11 @@ _CHUNK = 1 << 20
 
 
 class FileRejected(Exception):
-    """The upload is refused; `status` is the HTTP status to answer with."""
+    """The upload is refused; `code` is the problem slug (the API maps it to a status)."""
 
-    def __init__(self, message: str, *, status: int = 400, code: str = "invalid-file"):
+    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid-file"):
         super().__init__(message)
-        self.status, self.code = status, code
+        self.message, self.param, self.code = message, param, code
 
 
 def _chunks(stream) -> Iterator[bytes]:
@@ -50,7 +51,6 @@ def _measure(stream, *, max_bytes: int, max_lines: int | None) -> tuple[int, int
         if size > max_bytes:
             raise FileRejected(
                 f"The file is over {max_bytes // (1024 * 1024)} MB.",
-                status=413,
                 code="file-too-large",
             )
         digest.update(chunk)
@@ -64,14 +64,12 @@ def _measure(stream, *, max_bytes: int, max_lines: int | None) -> tuple[int, int
         if max_lines is not None and lines > max_lines:
             raise FileRejected(
                 f"The file has more than {max_lines} requests.",
-                status=413,
                 code="too-many-requests",
             )
     lines += pending_content
     if max_lines is not None and lines > max_lines:
         raise FileRejected(
             f"The file has {lines} requests; at most {max_lines}.",
-            status=413,
             code="too-many-requests",
         )
     return size, lines, digest.hexdigest()
@@ -135,5 +133,5 @@ def file_json(f: File) -> dict:
         "bytes": f.bytes,
         "lines": f.lines,
         "sha256": f.sha256,
-        "created_at": f.created_at.isoformat().replace("+00:00", "Z") if f.created_at else None,
+        "created_at": iso(f.created_at),
     }

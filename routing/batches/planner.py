@@ -62,6 +62,7 @@ from decimal import Decimal
 from typing import Any
 
 import simengine
+from routing.core.formats import duration_text
 from routing.router.route import ModelOption, RouteRequest, TierOption, task_cost
 
 BATCH_PRICED_TIERS = frozenset({"flex", "standard"})
@@ -488,19 +489,6 @@ def _bisect_window(lo: float, hi: float, ok: Callable[[float], _State | None]) -
     return best
 
 
-def fmt_duration(seconds: float) -> str:
-    """83 s, 12.5 min, 9.4 h: short enough for an error message."""
-
-    def num(x: float) -> str:
-        return f"{x:.1f}".rstrip("0").rstrip(".")
-
-    if seconds < 120:
-        return f"{num(seconds)} s"
-    if seconds < 7200:
-        return f"{num(seconds / 60)} min"
-    return f"{num(seconds / 3600)} h"
-
-
 def _unit_cost(model: ModelOption, option: TierOption, req: RouteRequest, discount: Decimal):
     if option.tier in BATCH_PRICED_TIERS:
         standard = next((t for t in model.tiers if t.tier == "standard"), option)
@@ -635,7 +623,7 @@ def plan_batch(
         return Plan.refused(window, "no plan fits the pools' free capacity at any window", notes)
     fastest_plan.fastest_makespan_seconds = fastest_span
     fastest_plan.reason = (
-        f"fastest plan needs {fmt_duration(fastest_span)}; window {fmt_duration(window)}"
+        f"fastest plan needs {duration_text(fastest_span)}; window {duration_text(window)}"
     )
     fastest_plan.notes = notes
     return fastest_plan

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing.batches.service import batches_reroute
+from routing.batches.reroute import batches_reroute
 from routing.models import BatchRequest, Job, RetirementApplication
 from routing.quota import tied_pairs
 from routing.retirement.policies import quota_apply_retirement

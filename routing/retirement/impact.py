@@ -78,7 +78,7 @@ class Impact:
 
 def _open_batches(model: ModelVersion) -> list[dict]:
     """Batches not yet ended with lines on the model that have not started: on the day
-    these lines are planned again on the successor (routing.batches.service.batches_reroute)."""
+    these lines are planned again on the successor (routing.batches.reroute.batches_reroute)."""
     from routing.models import Batch, BatchRequest
 
     rows = (

@@ -6,6 +6,11 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
 
+from routing.batches.finish import batch_finalize
+from routing.batches.runner import batch_advance
+from routing.batches.schedules import batch_from_schedule
+from routing.batches.sweep import batches_sweep
+from routing.batches.validation import batch_validate
 from routing.jobs.sweep import jobs_sweep
 from routing.jobs.worker import job_finish_when_due, job_run
 from routing.quota import quota_reset_due
@@ -107,8 +112,6 @@ def backoff_seconds(retries: int) -> float:
 
 @shared_task(name="routing.validate_batch", ignore_result=True, **RETRY)
 def validate_batch(batch_id: str) -> None:
-    from routing.batches.service import batch_validate
-
     _reset_connections()
     batch_validate(batch_id)
 
@@ -116,16 +119,12 @@ def validate_batch(batch_id: str) -> None:
 @shared_task(name="routing.advance_batch", ignore_result=True, **RETRY)
 def advance_batch(batch_id: str) -> None:
     """One link of a running batch's chain; it sends the next."""
-    from routing.batches.service import batch_advance
-
     _reset_connections()
     batch_advance(batch_id)
 
 
 @shared_task(name="routing.finalize_batch", ignore_result=True, **RETRY)
 def finalize_batch(batch_id: str) -> None:
-    from routing.batches.service import batch_finalize
-
     _reset_connections()
     batch_finalize(batch_id)
 
@@ -134,8 +133,6 @@ def finalize_batch(batch_id: str) -> None:
 def sweep_batches() -> dict:
     """Beat: start due batches, expire overdue ones, finalize finished ones, restart lost
     chains (idempotent)."""
-    from routing.batches.service import batches_sweep
-
     _reset_connections()
     return batches_sweep()
 
@@ -143,8 +140,6 @@ def sweep_batches() -> dict:
 @shared_task(name="routing.start_scheduled_batch", ignore_result=True, **RETRY)
 def start_scheduled_batch(schedule_id: int) -> str | None:
     """A recurring batch's periodic task (django-celery-beat): one batch per firing."""
-    from routing.batches.service import batch_from_schedule
-
     _reset_connections()
     batch = batch_from_schedule(int(schedule_id))
     return str(batch.pk) if batch else None

@@ -7,8 +7,8 @@ import pytest
 from django.test import RequestFactory
 
 from routing.api.errors import DOMAIN_ERRORS, problem_for
+from routing.batches.errors import BatchError, BatchNotCancellable
 from routing.batches.files import FileRejected
-from routing.batches.service import BatchError, BatchNotCancellable
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, JobNotCancellable
 
 

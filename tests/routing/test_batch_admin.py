@@ -16,8 +16,13 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
 from deploy.celery import app as celery_app
-from routing.batches import service as B
+from routing.batches.cancel import batch_cancel
+from routing.batches.create import batch_create
 from routing.batches.files import file_create
+from routing.batches.finish import batch_finalize
+from routing.batches.runner import batch_advance
+from routing.batches.schedules import SCHEDULE_TASK, batch_from_schedule, schedule_delete
+from routing.batches.validation import batch_validate
 from routing.models import Account, Batch, BatchSchedule, File
 
 pytestmark = pytest.mark.django_db
@@ -48,13 +53,11 @@ def _upload(account, n: int = 30, *, bad: int = 0, name: str = "in.jsonl") -> Fi
 
 def _batch(account, t0, n: int = 30, *, bad: int = 0, window: str = "1h", **kw) -> Batch:
     f = _upload(account, n, bad=bad)
-    return B.batch_create(
-        account=account, input_file_id=f.id, completion_window=window, at=t0, **kw
-    )
+    return batch_create(account=account, input_file_id=f.id, completion_window=window, at=t0, **kw)
 
 
 def _started(account, t0, n: int = 30, **kw) -> Batch:
-    b = B.batch_validate(_batch(account, t0, n, **kw).pk, at=t0)
+    b = batch_validate(_batch(account, t0, n, **kw).pk, at=t0)
     assert b.status == Batch.Status.IN_PROGRESS, b.errors
     return b
 
@@ -63,13 +66,13 @@ def _run_to_end(batch: Batch, t0) -> Batch:
     """Advance a started batch link by link (as its task chain would) and finalize it."""
     at = t0
     for _ in range(200):
-        r = B.batch_advance(batch.pk, at=at)
+        r = batch_advance(batch.pk, at=at)
         if r["status"] == Batch.Status.FINALIZING:
             break
         at += dt.timedelta(seconds=r["next_in"])
     else:
         raise AssertionError("the batch did not finish")
-    assert B.batch_finalize(batch.pk, at=at) is not None
+    assert batch_finalize(batch.pk, at=at) is not None
     batch.refresh_from_db()
     return batch
 
@@ -145,8 +148,8 @@ def test_a_refused_batch_page_lists_its_errors_by_line(admin_client, account):
     up = io.BytesIO(_jsonl(2) + b"\n{not json}\n" + _jsonl(1).replace(b"r0", b"r1"))
     up.name = "broken.jsonl"
     f = file_create(account=account, purpose="batch", upload=up)
-    batch = B.batch_create(account=account, input_file_id=f.id, at=t0)
-    batch = B.batch_validate(batch.pk, at=t0)
+    batch = batch_create(account=account, input_file_id=f.id, at=t0)
+    batch = batch_validate(batch.pk, at=t0)
     assert batch.status == Batch.Status.FAILED
     html = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/").content.decode()
     assert "<td>3</td><td>invalid_json_line</td>" in html
@@ -168,7 +171,7 @@ def test_cancel_action_cancels_what_it_can_and_reports_the_rest(admin_client, ac
     t0 = timezone.now()
     validating = _batch(account, t0)
     running = _started(account, t0)
-    assert B.batch_advance(running.pk, at=t0)["started"] == 30  # now in flight
+    assert batch_advance(running.pk, at=t0)["started"] == 30  # now in flight
     finished = _run_to_end(_started(account, t0, 5), t0)
 
     r = _action(admin_client, "cancel_batches", [validating, running, finished])
@@ -206,9 +209,9 @@ def test_actions_never_500(admin_client, account, monkeypatch):
 def test_retry_action_makes_a_new_batch_of_what_did_not_complete(admin_client, account):
     t0 = timezone.now()
     expired = _started(account, t0, 12)
-    assert B.batch_advance(expired.pk, at=t0 + dt.timedelta(hours=2))["status"] == "expired"
+    assert batch_advance(expired.pk, at=t0 + dt.timedelta(hours=2))["status"] == "expired"
     cancelled = _started(account, t0, 7)
-    B.batch_cancel(batch=cancelled, at=t0)
+    batch_cancel(batch=cancelled, at=t0)
     running = _started(account, t0, 3)
     complete = _run_to_end(_started(account, t0, 4), t0)
     for b in (expired, cancelled):
@@ -327,6 +330,19 @@ def test_deleting_a_schedule_deletes_its_periodic_task(admin_client, account, cr
     assert not BatchSchedule.objects.exists() and not PeriodicTask.objects.exists()
 
 
+def test_schedule_delete_deletes_the_schedule_and_its_periodic_task(
+    admin_client, account, crontab_2am
+):
+    f = _upload(account, 3)
+    admin_client.post("/admin/routing/batchschedule/add/", _schedule_form(account, f, crontab_2am))
+    schedule = BatchSchedule.objects.get()
+    batch = batch_from_schedule(schedule.pk)
+    schedule_delete(schedule=schedule)
+    assert not BatchSchedule.objects.exists() and not PeriodicTask.objects.exists()
+    batch.refresh_from_db()
+    assert batch.schedule_id is None  # its batches stay
+
+
 def test_resync_action_restores_a_periodic_task_deleted_by_hand(admin_client, account, crontab_2am):
     f = _upload(account, 3)
     admin_client.post("/admin/routing/batchschedule/add/", _schedule_form(account, f, crontab_2am))
@@ -339,7 +355,7 @@ def test_resync_action_restores_a_periodic_task_deleted_by_hand(admin_client, ac
         {"action": "sync_periodic_tasks", "_selected_action": [schedule.pk]},
     )
     schedule.refresh_from_db()
-    assert schedule.periodic_task.task == B.SCHEDULE_TASK and schedule.periodic_task.enabled
+    assert schedule.periodic_task.task == SCHEDULE_TASK and schedule.periodic_task.enabled
 
 
 class _Clock:
@@ -448,7 +464,7 @@ def test_a_schedule_made_in_the_admin_starts_its_batch_on_time_under_beat(
         assert task.total_run_count == 1 and task.last_run_at == at(2, 0, 5)
 
         # The validation task (sent on commit) starts it at once: on time.
-        started = B.batch_validate(batch.pk, at=at(2, 0, 5))
+        started = batch_validate(batch.pk, at=at(2, 0, 5))
         assert started.status == Batch.Status.IN_PROGRESS and started.in_progress_at == at(2, 0, 5)
 
         # Later in the same minute: beat does not fire again, and a repeated message for
@@ -457,7 +473,7 @@ def test_a_schedule_made_in_the_admin_starts_its_batch_on_time_under_beat(
         assert beat.tick() > 0 and len(beat.sent) == 1
         again = celery_app.tasks[task.task].apply(kwargs=json.loads(task.kwargs))
         assert again.successful() and again.result == str(batch.pk)
-        assert B.batch_from_schedule(schedule.pk, at=at(2, 0, 59)).pk == batch.pk
+        assert batch_from_schedule(schedule.pk, at=at(2, 0, 59)).pk == batch.pk
         assert Batch.objects.filter(schedule=schedule).count() == 1
 
         html = admin_client.get("/admin/routing/batchschedule/").content.decode()

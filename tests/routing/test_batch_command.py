@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from routing.accounts.accounts import account_create
-from routing.batches.service import batch_advance, batch_finalize
+from routing.batches.finish import batch_finalize
+from routing.batches.runner import batch_advance
 from routing.models import Batch
 
 pytestmark = pytest.mark.django_db

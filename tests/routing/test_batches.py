@@ -16,8 +16,18 @@ from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion
 from routing import quota
 from routing.accounts.accounts import account_create
-from routing.batches import service as B
+from routing.batches.cancel import batch_cancel, batch_retry_failed
+from routing.batches.create import batch_create
+from routing.batches.errors import BatchError
 from routing.batches.files import file_create
+from routing.batches.finish import batch_finalize
+from routing.batches.planning import ACTIVE
+from routing.batches.progress import batch_chart
+from routing.batches.reroute import batches_reroute
+from routing.batches.runner import batch_advance
+from routing.batches.schedules import batch_from_schedule
+from routing.batches.sweep import batches_sweep
+from routing.batches.validation import batch_validate
 from routing.models import Batch, BatchRequest, LedgerEntry, PoolLoad, QuotaReservation
 from routing.retirement import day as retirement
 from tests.helpers import ApiClient
@@ -45,8 +55,8 @@ def upload(account, data: bytes, name="in.jsonl"):
 def make(account, data: bytes, window="1h", at=None, **kw) -> Batch:
     at = at or timezone.now()
     f = upload(account, data)
-    b = B.batch_create(account=account, input_file_id=f.id, completion_window=window, at=at, **kw)
-    return B.batch_validate(b.pk, at=at) or Batch.objects.get(pk=b.pk)
+    b = batch_create(account=account, input_file_id=f.id, completion_window=window, at=at, **kw)
+    return batch_validate(b.pk, at=at) or Batch.objects.get(pk=b.pk)
 
 
 def run(
@@ -56,16 +66,16 @@ def run(
     for _ in range(links):
         batch.refresh_from_db()
         if batch.status == Batch.Status.FINALIZING:
-            B.batch_finalize(batch.pk, at=at)
+            batch_finalize(batch.pk, at=at)
             batch.refresh_from_db()
             return at
-        if batch.status not in B.ACTIVE:
+        if batch.status not in ACTIVE:
             return at
         nxt = batch.next_advance_at or at
         if until is not None and nxt > until:
             return at
         at = max(at, nxt)
-        B.batch_advance(batch.pk, at=at)
+        batch_advance(batch.pk, at=at)
     raise AssertionError("the batch did not end")
 
 
@@ -161,7 +171,7 @@ def test_a_batch_runs_to_completion_and_is_charged_once(api, account):
     assert created["status"] == "validating" and created["request_counts"]["total"] == 300
     assert created["metadata"] == {"job": "nightly"}
     at = timezone.now()
-    B.batch_validate(created["id"], at=at)
+    batch_validate(created["id"], at=at)
     body = api.get(f"/api/v1/batches/{created['id']}").json()
     assert body["status"] == "in_progress" and body["in_progress_at"]
     plan = body["plan"]
@@ -189,8 +199,8 @@ def test_a_batch_runs_to_completion_and_is_charged_once(api, account):
     assert not QuotaReservation.objects.filter(state="held").exists()
     ledger_ok()
     # Advancing or finalizing again changes nothing.
-    assert B.batch_advance(batch.pk, at=end, force=True)["status"] is None
-    assert B.batch_finalize(batch.pk, at=end) is None
+    assert batch_advance(batch.pk, at=end, force=True)["status"] is None
+    assert batch_finalize(batch.pk, at=end) is None
     pkg.refresh_from_db()
     assert pkg.spent == Decimal(body["cost"])
 
@@ -198,9 +208,9 @@ def test_a_batch_runs_to_completion_and_is_charged_once(api, account):
 def test_validation_runs_once(account):
     at = timezone.now()
     f = upload(account, jsonl(5))
-    b = B.batch_create(account=account, input_file_id=f.id, at=at)
-    assert B.batch_validate(b.pk, at=at) is not None
-    assert B.batch_validate(b.pk, at=at) is None
+    b = batch_create(account=account, input_file_id=f.id, at=at)
+    assert batch_validate(b.pk, at=at) is not None
+    assert batch_validate(b.pk, at=at) is None
     assert BatchRequest.objects.filter(batch=b).count() == 5
 
 
@@ -354,13 +364,13 @@ def test_interactive_work_keeps_priority_on_shared_pools(account):
     at = timezone.now()
     b = make(account, jsonl(1000), window="1h", at=at)
     assert b.status == "in_progress"
-    B.batch_advance(b.pk, at=at)
+    batch_advance(b.pk, at=at)
     running = b.requests.filter(status="running").count()
     assert 0 < running < 1000
     # Interactive load takes the whole pool: nothing new starts while it lasts.
     busy("h200-main", 1.0)
     later = at + dt.timedelta(seconds=60)
-    B.batch_advance(b.pk, at=later, force=True)
+    batch_advance(b.pk, at=later, force=True)
     assert b.requests.filter(status="running").count() == 0
     assert b.requests.filter(status="completed").count() == running
     busy("h200-main", 0.995)
@@ -378,8 +388,8 @@ def test_a_batch_with_a_later_start_waits_and_beat_starts_it(account):
     b = make(account, jsonl(5), window="1h", at=at, start_at=start.isoformat())
     assert b.status == "validating" and b.validated_at and b.plan
     assert b.expires_at == start + dt.timedelta(hours=1)
-    assert B.batches_sweep(at=at + dt.timedelta(hours=1))["started"] == 0
-    assert B.batches_sweep(at=start)["started"] == 1
+    assert batches_sweep(at=at + dt.timedelta(hours=1))["started"] == 0
+    assert batches_sweep(at=start)["started"] == 1
     b.refresh_from_db()
     assert b.status == "in_progress" and b.in_progress_at == start
 
@@ -389,7 +399,7 @@ def test_a_batch_whose_window_passed_before_it_started_expires(account):
     b = make(
         account, jsonl(3), window="1h", at=at, start_at=(at + dt.timedelta(hours=1)).isoformat()
     )
-    B.batches_sweep(at=at + dt.timedelta(hours=3))
+    batches_sweep(at=at + dt.timedelta(hours=3))
     b.refresh_from_db()
     assert b.status == "expired" and b.failed == 3 and b.error_file_id
     assert not QuotaReservation.objects.filter(state="held").exists()
@@ -445,7 +455,7 @@ def test_expiry_returns_and_bills_what_finished_and_releases_the_rest(account):
     run(b, at + dt.timedelta(seconds=100), until=at + dt.timedelta(seconds=200))
     b.refresh_from_db()
     assert b.status == "in_progress" and not b.requests.filter(status="running").exists()
-    B.batch_advance(b.pk, at=b.expires_at)  # the link at the end of the window
+    batch_advance(b.pk, at=b.expires_at)  # the link at the end of the window
     b.refresh_from_db()
     assert b.status == "expired" and b.expired_at >= b.expires_at
     assert 0 < b.completed < 3000 and b.completed + b.failed == 3000
@@ -482,8 +492,8 @@ def test_two_batches_of_one_account_never_overspend(account):
 def test_a_repeated_advance_does_nothing_twice(account):
     at = timezone.now()
     b = make(account, jsonl(50), at=at)
-    first = B.batch_advance(b.pk, at=at)
-    again = B.batch_advance(b.pk, at=at)  # a duplicate message: the next link is later
+    first = batch_advance(b.pk, at=at)
+    again = batch_advance(b.pk, at=at)  # a duplicate message: the next link is later
     assert first["started"] == 50 and again["started"] == 0 and again["completed"] == 0
     run(b, at)
     b.refresh_from_db()
@@ -497,16 +507,16 @@ def test_retry_failed_requests_makes_a_batch_of_them(account):
     at = timezone.now()
     b = make(account, jsonl(1000), window="1h", at=at)
     run(b, at, until=at + dt.timedelta(seconds=30))
-    B.batch_cancel(batch=b, at=at + dt.timedelta(seconds=30))
+    batch_cancel(batch=b, at=at + dt.timedelta(seconds=30))
     run(b, at + dt.timedelta(seconds=30))
     b.refresh_from_db()
-    retry = B.batch_retry_failed(batch=b, at=at + dt.timedelta(minutes=2))
+    retry = batch_retry_failed(batch=b, at=at + dt.timedelta(minutes=2))
     assert retry.retry_of_id == b.pk and retry.input_file.lines == b.failed
-    B.batch_validate(retry.pk, at=at + dt.timedelta(minutes=2))
+    batch_validate(retry.pk, at=at + dt.timedelta(minutes=2))
     retry.refresh_from_db()
     assert retry.total == b.failed and retry.status == "in_progress"
-    with pytest.raises(B.BatchError):
-        B.batch_retry_failed(batch=retry)  # still running
+    with pytest.raises(BatchError):
+        batch_retry_failed(batch=retry)  # still running
 
 
 # --- Retirement day (issue 7) -----------------------------------------------------------------
@@ -517,7 +527,7 @@ def test_queued_batch_lines_are_replanned_on_the_successor_when_the_model_retire
     at = timezone.now()
     b = make(account, jsonl(3000, model="gpt-5.6-luna"), window="2h", at=at)
     assert b.status == "in_progress" and b.plan["tiers"]
-    B.batch_advance(b.pk, at=at)
+    batch_advance(b.pk, at=at)
     started = b.requests.filter(status="running").count()
     assert 0 < started < 3000
     luna = ModelVersion.objects.get(slug="gpt-5.6-luna")
@@ -538,7 +548,7 @@ def test_queued_batch_lines_are_replanned_on_the_successor_when_the_model_retire
     assert any(lane["model"] == "gpt-5.6-terra" for lane in b.plan["lanes"])
     assert b.plan["replans"][0]["from"] == "gpt-5.6-luna"
     # Once: running it again (beat, a retry) moves nothing more.
-    assert B.batches_reroute(model=luna)["moved"] == 0
+    assert batches_reroute(model=luna)["moved"] == 0
     assert retirement.retirements_apply_due()["batch_lines_moved"] == 0
     run(b, at)
     b.refresh_from_db()
@@ -561,10 +571,10 @@ def test_a_firing_redelivered_minutes_later_makes_one_batch(account):
     f = upload(account, jsonl(2))
     s = BatchSchedule.objects.create(name="nightly", account=account, input_file=f, crontab=cron)
     fired = dt.datetime(2026, 12, 3, 2, 0, 5, tzinfo=dt.UTC)
-    first = B.batch_from_schedule(s.pk, at=fired)
-    again = B.batch_from_schedule(s.pk, at=fired + dt.timedelta(minutes=3))  # redelivered
+    first = batch_from_schedule(s.pk, at=fired)
+    again = batch_from_schedule(s.pk, at=fired + dt.timedelta(minutes=3))  # redelivered
     assert first.pk == again.pk and first.scheduled_for == fired.replace(second=0)
-    next_night = B.batch_from_schedule(s.pk, at=fired + dt.timedelta(days=1))
+    next_night = batch_from_schedule(s.pk, at=fired + dt.timedelta(days=1))
     assert next_night.pk != first.pk
     assert Batch.objects.filter(schedule=s).count() == 2
 
@@ -581,9 +591,9 @@ def test_the_run_chart_shows_each_tier(account):
     busy("h200-main", 0.995)
     at = timezone.now()
     b = make(account, jsonl(2000), window="2m", at=at)
-    assert B.batch_chart(b) is None  # nothing completed yet
+    assert batch_chart(b) is None  # nothing completed yet
     run(b, at)
     b.refresh_from_db()
-    uri = B.batch_chart(b)
+    uri = batch_chart(b)
     assert uri.startswith("data:image/png;base64,")
     assert base64.b64decode(uri.split(",", 1)[1])[:4] == b"\x89PNG"

@@ -100,19 +100,20 @@ def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
     from django.utils import timezone
 
     from routing.accounts.accounts import account_create
-    from routing.batches import service as batches
+    from routing.batches.create import batch_create
+    from routing.batches.validation import batch_validate
     from tests.routing.test_batches import jsonl, upload
 
     account, _ = account_create(name="nightly-ops", default_credits=Decimal(100))
     at = timezone.now()
     f = upload(account, jsonl(40, model="gpt-5.6-luna"))
-    b = batches.batch_create(
+    b = batch_create(
         account=account,
         input_file_id=f.id,
         start_at=(at + dt.timedelta(hours=2)).isoformat(),
         at=at,
     )
-    b = batches.batch_validate(b.pk, at=at)
+    b = batch_validate(b.pk, at=at)
     assert b.status == "validating" and b.validated_at, (b.status, b.errors)
     assert b.failed == 0
     impact = retirement_impact(model=ModelVersion.objects.get(slug="gpt-5.6-luna"))

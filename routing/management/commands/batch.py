@@ -7,9 +7,10 @@ watch a batch's progress, list and cancel batches.
     manage.py batch list [--account NAME] [--status S] [--limit 20]
     manage.py batch cancel ID
 
-Thin: the rules are in routing/files.py and routing/batches.py. `watch` only observes;
-the batch is advanced by the Celery workers. An ID may be a batch's full id or a
-unique prefix of it (at least 8 characters).
+Thin: the rules are in routing/batches/ (files, create, validation, cancel, progress).
+`watch` only observes; the batch is advanced by the Celery workers. An ID may be a
+batch's full id or a unique prefix of it (at least 8 characters). Durations are written
+by routing.core.formats.duration_text.
 """
 
 from __future__ import annotations
@@ -24,17 +25,15 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 
+from routing.batches.cancel import batch_cancel
+from routing.batches.create import batch_create
+from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected, file_create
-from routing.batches.service import (
-    BatchError,
-    batch_cancel,
-    batch_create,
-    batch_progress,
-    batch_validate,
-    parse_start,
-    parse_window,
-    sim_scale,
-)
+from routing.batches.params import parse_start, parse_window
+from routing.batches.progress import batch_progress
+from routing.batches.validation import batch_validate
+from routing.core.clock import sim_scale
+from routing.core.formats import duration_text
 from routing.models import Account, Batch, BatchRequest
 
 ENDED_BADLY = (Batch.Status.FAILED, Batch.Status.EXPIRED)
@@ -315,14 +314,7 @@ def money(value) -> str:
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+    return duration_text(max(0.0, float(seconds)))
 
 
 def _utc(value: dt.datetime | None) -> str:

@@ -1,0 +1,94 @@
+"""The lines of a batch's output file (completed requests, in the OpenAI output shape)
+and of its error file (every request that did not complete)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from catalog.models import ModelVersion, Tier
+from routing.core.formats import iso
+from routing.jobs.output import synthetic_text
+from routing.models import Batch, BatchRequest
+
+EXCERPT_WORDS = 48
+
+
+def output_lines(batch: Batch) -> Iterator[bytes]:
+    """One line per completed request, in the OpenAI output shape."""
+    tiers = dict(Tier.objects.values_list("pk", "slug"))
+    models = dict(ModelVersion.objects.values_list("pk", "slug"))
+    qs = batch.requests.filter(status=BatchRequest.Status.COMPLETED).order_by("line")
+    for r in qs.values(
+        "pk",
+        "line",
+        "custom_id",
+        "model_id",
+        "tier_id",
+        "input_tokens",
+        "output_tokens",
+        "turns",
+        "started_at",
+        "finished_at",
+        "simulated",
+        "cost",
+        "rerouted_from",
+        "request",
+    ).iterator(chunk_size=2000):
+        yield json.dumps(
+            {
+                "id": f"batch_req_{r['pk']}",
+                "custom_id": r["custom_id"],
+                "response": {
+                    "status_code": 200,
+                    "request_id": f"req_{batch.pk.hex[:12]}_{r['line']}",
+                    "body": _result_body(r, models, tiers),
+                },
+                "error": None,
+            }
+        ).encode()
+
+
+def _result_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
+    """The `job.result` of one completed request (a row of output_lines' query)."""
+    body = {
+        "object": "job.result",
+        "model": (r["request"].get("body") or {}).get("model"),
+        "served_model": models.get(r["model_id"]),
+        "service_tier": tiers.get(r["tier_id"]),
+        "usage": {
+            "input_tokens": r["input_tokens"],
+            "output_tokens": r["output_tokens"],
+            "turns": r["turns"],
+        },
+        "started_at": iso(r["started_at"]),
+        "finished_at": iso(r["finished_at"]),
+        "simulated": r["simulated"],
+        "cost": str(r["cost"]),
+        "output": {
+            "simulated": True,
+            "tokens": r["output_tokens"],
+            "excerpt": synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
+        },
+    }
+    if r["rerouted_from"]:
+        body["rerouted_from"] = r["rerouted_from"]
+    return body
+
+
+def error_lines(batch: Batch) -> Iterator[bytes]:
+    """One line per request that did not complete: its code, message and line number."""
+    qs = batch.requests.exclude(status=BatchRequest.Status.COMPLETED).order_by("line")
+    for r in qs.values("pk", "line", "custom_id", "status", "error").iterator(chunk_size=2000):
+        err = dict(
+            r["error"] or {"code": r["status"], "message": f"The request was {r['status']}."}
+        )
+        err["line"] = r["line"]
+        yield json.dumps(
+            {
+                "id": f"batch_req_{r['pk']}",
+                "custom_id": r["custom_id"],
+                "response": None,
+                "error": err,
+            }
+        ).encode()

@@ -1,0 +1,20 @@
+"""Sending a batch's next step to the workers, by task name (routing.core.dispatch):
+the batch services never import routing.tasks. A broker that is away loses nothing:
+the batch row is the truth and beat's sweep (routing.batches.sweep) takes the step
+later."""
+
+from __future__ import annotations
+
+from routing.core.dispatch import send_now
+
+
+def send_validate(batch_id) -> None:
+    send_now("routing.validate_batch", str(batch_id), retry=True)
+
+
+def send_advance(batch_id, delay: float = 0.0) -> None:
+    send_now("routing.advance_batch", str(batch_id), countdown=delay, retry=True)
+
+
+def send_finalize(batch_id) -> None:
+    send_now("routing.finalize_batch", str(batch_id), retry=True)
