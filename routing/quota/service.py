@@ -65,6 +65,13 @@ def period_start_for(period: str, at: dt.datetime) -> dt.datetime:
     return day
 
 
+def first_period(period: str, *, at: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
+    """A new package's first period (start, next reset): the calendar period containing
+    `at`, or from `at` on for a one-off package (which never resets)."""
+    start = period_start_for(period, at) if period != QuotaPackage.Period.ONCE else at
+    return start, next_period_start(period, start)
+
+
 def next_period_start(period: str, start: dt.datetime) -> dt.datetime | None:
     if period == QuotaPackage.Period.ONCE:
         return None
@@ -260,8 +267,7 @@ def package_create(
     valid_until: dt.datetime | None = None,
     now: dt.datetime | None = None,
 ) -> QuotaPackage:
-    now = now or timezone.now()
-    start = period_start_for(period, now) if period != QuotaPackage.Period.ONCE else now
+    start, next_reset_at = first_period(period, at=now or timezone.now())
     package = QuotaPackage.objects.create(
         account=account,
         name=name,
@@ -274,7 +280,7 @@ def package_create(
         valid_from=valid_from,
         valid_until=valid_until,
         period_start=start,
-        next_reset_at=next_period_start(period, start),
+        next_reset_at=next_reset_at,
     )
     package.model_versions.set(model_versions)
     package.tiers.set(tiers)

@@ -37,6 +37,21 @@ class Quote:
     at: dt.datetime
 
 
+def route_request_from(data: dict) -> RouteRequest:
+    """The router's request from validated input: the API's quote and job serializers,
+    the admin's "Try a quote" form. Optional fields may be missing, None or blank."""
+    return RouteRequest(
+        input_tokens=data["input_tokens"],
+        output_tokens=data["output_tokens"],
+        turns=data["turns"],
+        tool_seconds=data["tool_seconds"],
+        deadline_seconds=data["deadline_seconds"],
+        max_cost=data.get("max_cost"),
+        tier=data.get("tier") or None,
+        task=data.get("task") or None,
+    )
+
+
 def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.datetime) -> Quote:
     packages = account_packages(account)
     loads = pool_loads()
