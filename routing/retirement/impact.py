@@ -20,6 +20,7 @@ from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import Deployment, ModelVersion, Price, Tier
 from routing.models import Job, Notice, QuotaPackage
+from routing.retirement.policies import tied_packages
 from routing.router.snapshot import pool_loads
 
 WINDOW = dt.timedelta(days=30)
@@ -118,7 +119,7 @@ def retirement_impact(
     impact = Impact(model, successor, tier, end - WINDOW, end)
     jobs = Job.objects.filter(model=model, created_at__gte=impact.window_start, created_at__lt=end)
     impact.packages = list(
-        QuotaPackage.objects.filter(scope=QuotaPackage.Scope.MODELS, model_versions=model)
+        tied_packages(model)
         .select_related("account", "migrate_tier")
         .order_by("account__name", "name")
     )
