@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from routing.batches.schedules import schedule_delete
 from routing.batches.service import BatchError, parse_window, schedule_check, schedule_sync
 from routing.models import Batch, BatchSchedule, File
 
@@ -163,18 +164,11 @@ class BatchScheduleAdmin(admin.ModelAdmin):
         schedule_sync(obj)
 
     def delete_model(self, request, obj):
-        task = obj.periodic_task
-        super().delete_model(request, obj)
-        if task is not None:
-            task.delete()
+        schedule_delete(schedule=obj)
 
     def delete_queryset(self, request, queryset):
-        from django_celery_beat.models import PeriodicTask
-
-        task_ids = [pk for pk in queryset.values_list("periodic_task_id", flat=True) if pk]
-        super().delete_queryset(request, queryset)
-        for task in PeriodicTask.objects.filter(pk__in=task_ids):
-            task.delete()  # one by one: beat's change signal fires for each
+        for schedule in queryset.select_related("periodic_task"):
+            schedule_delete(schedule=schedule)
 
     @admin.action(description="Re-sync periodic tasks", permissions=["change"])
     def sync_periodic_tasks(self, request, queryset):
