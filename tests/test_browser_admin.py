@@ -91,7 +91,7 @@ def test_schedule_inspect_and_retire_in_the_admin(live_server, django_user_model
     assert luna.retires_on == retires and luna.successor.slug == "gpt-5.6-terra"
 
     # The impact of Spark's retirement: users, migration to Sol Ultrafast, capacity.
-    page.goto(f"{live_server.url}/admin/routing/job/impact/gpt-5.3-codex-spark/")
+    page.goto(f"{live_server.url}/admin/routing/retirementapplication/impact/gpt-5.3-codex-spark/")
     page.wait_for_selector("#impact-accounts")
     assert "acme-robotics" in page.inner_text("#impact-accounts")
     assert page.locator("#impact-chart").is_visible()

@@ -1,3 +1,11 @@
 """The routing app's admin, one module per domain (imported here so Django finds them)."""
 
-from routing.admin import site  # noqa: F401
+from routing.admin import (  # noqa: F401
+    accounts,
+    batches,
+    files,
+    jobs,
+    quota,
+    retirement,
+    schedules,
+)

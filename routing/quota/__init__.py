@@ -28,7 +28,7 @@ from routing.quota.packages import (
     tied_packages,
     tied_pairs,
 )
-from routing.quota.periods import next_period_start, period_start_for
+from routing.quota.periods import first_period, next_period_start, period_start_for
 
 __all__ = [
     "CREDIT_QUANTUM",
@@ -42,6 +42,7 @@ __all__ = [
     "clear_scopes",
     "credits",
     "earliest_reset",
+    "first_period",
     "ledger_mismatches",
     "next_period_start",
     "package_create",

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from routing.core.sql import as_decimal, as_utc
 from routing.models import Account, QuotaPackage
-from routing.quota.periods import next_period_start, period_start_for
+from routing.quota.periods import first_period
 
 ZERO = Decimal(0)
 CREDIT_QUANTUM = Decimal("0.000001")
@@ -234,8 +234,7 @@ def package_create(
     valid_until: dt.datetime | None = None,
     at: dt.datetime | None = None,
 ) -> QuotaPackage:
-    at = at or timezone.now()
-    start = period_start_for(period, at) if period != QuotaPackage.Period.ONCE else at
+    start, next_reset_at = first_period(period, at=at or timezone.now())
     package = QuotaPackage.objects.create(
         account=account,
         name=name,
@@ -248,7 +247,7 @@ def package_create(
         valid_from=valid_from,
         valid_until=valid_until,
         period_start=start,
-        next_reset_at=next_period_start(period, start),
+        next_reset_at=next_reset_at,
     )
     package.model_versions.set(model_versions)
     package.tiers.set(tiers)

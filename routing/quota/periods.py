@@ -18,6 +18,13 @@ def period_start_for(period: str, at: dt.datetime) -> dt.datetime:
     return day
 
 
+def first_period(period: str, *, at: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
+    """A new package's first period (start, next reset): the calendar period containing
+    `at`, or from `at` on for a one-off package (which never resets)."""
+    start = period_start_for(period, at) if period != QuotaPackage.Period.ONCE else at
+    return start, next_period_start(period, start)
+
+
 def next_period_start(period: str, start: dt.datetime) -> dt.datetime | None:
     if period == QuotaPackage.Period.ONCE:
         return None

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from catalog import lifecycle
@@ -45,8 +45,7 @@ def affected_accounts(model: ModelVersion, at: dt.datetime) -> dict[int, dict]:
     )
     for row in recent:
         out.setdefault(row["account_id"], {"jobs_30d": 0, "packages": []})["jobs_30d"] = row["n"]
-    tied = tied_packages(model).select_related("migrate_tier")
-    for p in tied:
+    for p in tied_packages(model).select_related("migrate_tier"):
         out.setdefault(p.account_id, {"jobs_30d": 0, "packages": []})["packages"].append(
             {
                 "id": p.pk,
@@ -138,6 +137,20 @@ def send_delivery(notice_id) -> None:
     """Deliver the notice's webhook on a worker; beat's sweep sends pending ones later
     when the broker is away."""
     dispatch.send_now("routing.deliver_notice", str(notice_id))
+
+
+def notices_resend(*, notices: QuerySet[Notice]) -> int:
+    """Deliver again, from a fresh count of attempts, those of `notices` that have a
+    webhook and were not delivered (failed or pending); the number sent."""
+    ids = list(
+        notices.exclude(account__webhook_url="")
+        .exclude(delivery=Notice.Delivery.DELIVERED)
+        .values_list("pk", flat=True)
+    )
+    Notice.objects.filter(pk__in=ids).update(delivery=Notice.Delivery.PENDING, attempts=0)
+    for notice_id in ids:
+        send_delivery(notice_id)
+    return len(ids)
 
 
 def _post(url: str, payload: dict, notice_id: str) -> None:

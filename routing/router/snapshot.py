@@ -67,6 +67,21 @@ def model_option(model: ModelVersion) -> ModelOption:
     return option
 
 
+def tier_option(deployment: Deployment, price: Price) -> TierOption:
+    """What the router sells of one deployment (tier and pool loaded) at its price."""
+    return TierOption(
+        tier=deployment.tier.slug,
+        tier_id=deployment.tier_id,
+        rank=deployment.tier.rank,
+        pool=deployment.pool.slug,
+        pool_id=deployment.pool_id,
+        deployment=engine_deployment(deployment.pool, deployment.tier.slug),
+        price_input=price.input_per_million,
+        price_output=price.output_per_million,
+        available_from=deployment.available_from,
+    )
+
+
 def _build_option(model: ModelVersion) -> ModelOption:
     prices = {p.tier_id: p for p in Price.objects.filter(model=model)}
     tiers = []
@@ -74,19 +89,7 @@ def _build_option(model: ModelVersion) -> ModelOption:
         price = prices.get(d.tier_id)
         if price is None:
             continue  # an unpriced deployment cannot be sold
-        tiers.append(
-            TierOption(
-                tier=d.tier.slug,
-                tier_id=d.tier_id,
-                rank=d.tier.rank,
-                pool=d.pool.slug,
-                pool_id=d.pool_id,
-                deployment=engine_deployment(d.pool, d.tier.slug),
-                price_input=price.input_per_million,
-                price_output=price.output_per_million,
-                available_from=d.available_from,
-            )
-        )
+        tiers.append(tier_option(d, price))
     tiers.sort(key=lambda t: t.rank)
     benchmarks = tuple(
         RouterBenchmark(b.name, b.score, b.duration_minutes)

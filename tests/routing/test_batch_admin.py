@@ -196,8 +196,8 @@ def test_actions_never_500(admin_client, account, monkeypatch):
     def boom(**kwargs):
         raise RuntimeError("database on fire")
 
-    monkeypatch.setattr("routing.admin.site.batch_cancel", boom)
-    monkeypatch.setattr("routing.admin.site.batch_retry_failed", boom)
+    monkeypatch.setattr("routing.admin.batches.batch_cancel", boom)
+    monkeypatch.setattr("routing.admin.batches.batch_retry_failed", boom)
     for action in ("cancel_batches", "retry_failed"):
         r = _action(admin_client, action, [batch])
         assert r.status_code == 200

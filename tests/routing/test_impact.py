@@ -69,7 +69,9 @@ def test_another_successor_and_tier_can_be_simulated(spark_traffic):
 
 
 def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_client, spark_traffic):
-    html = admin_client.get("/admin/routing/job/impact/gpt-5.3-codex-spark/").content.decode()
+    html = admin_client.get(
+        "/admin/routing/retirementapplication/impact/gpt-5.3-codex-spark/"
+    ).content.decode()
     for marker in (
         'id="impact-accounts"',
         'id="impact-chart"',
@@ -81,7 +83,7 @@ def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_cli
     ):
         assert marker in html
     page = admin_client.get("/admin/catalog/modelversion/").content.decode()
-    assert "/admin/routing/job/impact/gpt-5.3-codex-spark/" in page
+    assert "/admin/routing/retirementapplication/impact/gpt-5.3-codex-spark/" in page
 
 
 def test_demo_traffic_refuses_bad_input(builtin_catalog):
@@ -120,5 +122,7 @@ def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
     assert [(x["id"], x["account"], x["lines"]) for x in impact.batches] == [
         (b.pk, "nightly-ops", 40)
     ]
-    html = admin_client.get("/admin/routing/job/impact/gpt-5.6-luna/").content.decode()
+    html = admin_client.get(
+        "/admin/routing/retirementapplication/impact/gpt-5.6-luna/"
+    ).content.decode()
     assert 'id="impact-batches"' in html and str(b.pk) in html

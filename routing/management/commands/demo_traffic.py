@@ -11,14 +11,15 @@ from django.utils import timezone
 
 import simengine
 from catalog import lifecycle
-from catalog.engine import deployment_of, model_spec
+from catalog.engine import model_spec
 from catalog.models import ModelVersion, Tier
 from routing import quota
 from routing.accounts.accounts import account_create
 from routing.jobs.submit import fingerprint
 from routing.models import Account, Job, QuotaPackage
 from routing.retirement.notices import notices_announce
-from routing.router.route import RouteRequest, TierOption, task_cost
+from routing.router.route import RouteRequest, task_cost
+from routing.router.snapshot import tier_option
 
 PROFILES = [  # (name, share of jobs, typical shape)
     ("acme-robotics", 0.35, (6000, 2500, 4, 20)),
@@ -57,16 +58,7 @@ class Command(BaseCommand):
             else timezone.now()
         )
         start = end - dt.timedelta(days=o["days"])
-        option = TierOption(
-            tier=deployment.tier.slug,
-            tier_id=deployment.tier_id,
-            rank=deployment.tier.rank,
-            pool=deployment.pool.slug,
-            pool_id=deployment.pool_id,
-            deployment=deployment_of(deployment),
-            price_input=price.input_per_million,
-            price_output=price.output_per_million,
-        )
+        option = tier_option(deployment, price)
         spec = model_spec(model)
         ultrafast = Tier.objects.filter(slug="ultrafast").first()
         made = 0
@@ -108,10 +100,9 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def _replay(self, account, model, deployment, option, spec, shape, when) -> int:
-        pred = simengine.predict(
-            spec, option.deployment, simengine.TaskProfile(**shape), breakdown=False
-        )
-        cost = task_cost(option, RouteRequest(deadline_seconds=3600, **shape))
+        request = RouteRequest(deadline_seconds=3600, **shape)
+        pred = simengine.predict(spec, option.deployment, request.task_profile, breakdown=False)
+        cost = task_cost(option, request)
         timings = pred.summary()
         job = Job(
             account=account,

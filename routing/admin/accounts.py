@@ -1,0 +1,141 @@
+"""Admin for accounts and their API keys, and the account's "Try a quote" page (the
+router's answer for the account, built exactly as the quotes API builds it)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+import simengine
+from routing.accounts.keys import api_key_create, api_key_revoke
+from routing.models import Account, ApiKey, QuotaPackage
+from routing.router.quotes import quote_build, route_request_from
+from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    extra = 0
+    fields = ["prefix", "name", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class QuotaPackageInline(admin.TabularInline):
+    model = QuotaPackage
+    extra = 0
+    fields = ["name", "scope", "period", "limit", "spent", "reserved", "order", "independent"]
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class RouterTryForm(forms.Form):
+    model = forms.CharField(initial="sol", help_text="Slug, family alias or 'auto'.")
+    input_tokens = forms.IntegerField(min_value=1, initial=8000)
+    output_tokens = forms.IntegerField(min_value=1, initial=22000)
+    turns = forms.IntegerField(min_value=1, initial=30)
+    tool_seconds = forms.FloatField(min_value=0, initial=15)
+    deadline_seconds = forms.FloatField(min_value=0.001, initial=300)
+    max_cost = forms.DecimalField(min_value=0, required=False)
+    tier = forms.ChoiceField(
+        choices=[("", "router chooses")] + [(t, t) for t in simengine.TIERS],
+        required=False,
+    )
+    task = forms.CharField(required=False, help_text="Task class for 'auto'.")
+
+
+@admin.register(Account)
+class AccountAdmin(admin.ModelAdmin):
+    list_display = ["name", "auto_migrate", "webhook_url", "created_at", "keys", "try_router"]
+    search_fields = ["name"]
+    list_filter = ["auto_migrate"]
+    inlines = [ApiKeyInline, QuotaPackageInline]
+    actions = ["create_key"]
+
+    @admin.display(description="active keys")
+    def keys(self, obj):
+        return obj.api_keys.filter(revoked_at__isnull=True).count()
+
+    @admin.display(description="router")
+    def try_router(self, obj):
+        url = reverse("admin:routing_account_quote", args=[obj.pk])
+        return format_html('<a href="{}">Try a quote</a>', url)
+
+    @admin.action(description="Create an API key (shown once)", permissions=["change"])
+    def create_key(self, request, queryset):
+        for account in queryset:
+            _, raw = api_key_create(account=account, name=f"admin:{request.user.get_username()}")
+            self.message_user(
+                request,
+                f"New key for {account.name} (copy it now, it is not shown again): {raw}",
+                level=messages.WARNING,
+            )
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:pk>/quote/",
+                self.admin_site.admin_view(self.quote_view),
+                name="routing_account_quote",
+            )
+        ] + super().get_urls()
+
+    def quote_view(self, request, pk: int):
+        """The router's answer for this account, as a client would get it."""
+        account = Account.objects.get(pk=pk)
+        form = RouterTryForm(request.POST or None)
+        result = error = None
+        if request.method == "POST" and form.is_valid():
+            d = form.cleaned_data
+            try:
+                result = quote_build(
+                    account=account,
+                    model=d["model"],
+                    request=route_request_from(d),
+                    at=timezone.now(),
+                )
+            except ModelUnknown:
+                error = f"Unknown model {d['model']!r}."
+            except ModelRetired as exc:
+                error = f"{exc.model.slug} is retired; successor: {exc.successor or 'none'}."
+            except (ModelNotServing, ValueError) as exc:
+                error = str(exc)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Try the router for {account.name}",
+            "opts": self.model._meta,
+            "account": account,
+            "form": form,
+            "result": result,
+            "error": error,
+        }
+        return TemplateResponse(request, "admin/routing/router_try.html", context)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "account", "name", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["prefix", "account__name", "name"]
+    readonly_fields = ["account", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False  # keys are made with the account action, so the raw key is shown once
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke(self, request, queryset):
+        for key in queryset:
+            api_key_revoke(key=key)
+        self.message_user(request, f"Revoked {queryset.count()} key(s).", level=messages.SUCCESS)

@@ -1,0 +1,437 @@
+"""Admin for batches and their lines (requests). Batches are written only by
+routing.batches (API, tasks, beat); the admin watches them and its actions call the batch
+services."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+
+from routing.admin.base import ReadOnlyAdmin
+from routing.batches.cancel import batch_cancel, batch_retry_failed
+from routing.batches.errors import BatchError
+from routing.batches.progress import batch_chart, batch_progress
+from routing.core.formats import duration_text
+from routing.models import Batch, BatchRequest, File
+
+logger = logging.getLogger(__name__)
+
+
+def _pct(part: int, total: int) -> str:
+    return f"{min(100.0, 100.0 * part / total):.1f}" if total else "0"
+
+
+def _progress_bar(total: int, done: int, failed: int):
+    """A small bar: done in green, failed in red, the rest grey."""
+    return format_html(
+        '<div style="display:flex;width:140px;height:8px;margin-top:3px;border-radius:2px;'
+        'overflow:hidden;background:#e4e4e4"><div style="width:{}%;background:#3c8f4f"></div>'
+        '<div style="width:{}%;background:#ba2121"></div></div>',
+        _pct(done, total),
+        _pct(failed, total),
+    )
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else duration_text(float(value))
+
+
+def _plan_lanes(batch: Batch) -> list[dict]:
+    lanes = (batch.plan or {}).get("lanes") if isinstance(batch.plan, dict) else None
+    return [x for x in lanes or [] if isinstance(x, dict)]
+
+
+def _file_links(f: File | None):
+    if f is None:
+        return "-"
+    return format_html(
+        '<a href="{}">{}</a> ({} lines, {} bytes) &middot; <a href="{}">download</a>',
+        reverse("admin:routing_file_change", args=[f.pk]),
+        f.id,
+        f"{f.lines:,}",
+        f"{f.bytes:,}",
+        reverse("admin:routing_file_download", args=[f.pk]),
+    )
+
+
+@admin.register(Batch)
+class BatchAdmin(ReadOnlyAdmin):
+    """Batches are written only by routing.batches (API, tasks, beat); the admin watches
+    them, and its actions cancel them or retry their failed requests through the
+    services. The change page stays read-only: saving the whole row could overwrite what
+    a running chain link just wrote."""
+
+    list_display = [
+        "id",
+        "account",
+        "status",
+        "progress",
+        "plan_tiers",
+        "predicted_finish_at",
+        "predicted_cost",
+        "cost",
+        "expires_at",
+        "created_at",
+    ]
+    list_filter = ["status", "account"]
+    search_fields = ["id", "metadata"]
+    date_hierarchy = "created_at"
+    list_select_related = ["account"]
+    actions = ["cancel_batches", "retry_failed"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "account",
+                    "status",
+                    "progress_detail",
+                    "endpoint",
+                    "completion_window",
+                    "metadata",
+                    "schedule",
+                    "scheduled_for",
+                    "retry_of",
+                    "retries_list",
+                ]
+            },
+        ),
+        ("Files and requests", {"fields": ["input_file", "result_files", "requests_link"]}),
+        (
+            "Plan and cost",
+            {
+                "fields": [
+                    "plan_table",
+                    "run_chart",
+                    "plan_summary",
+                    "predicted_finish_at",
+                    "predicted_cost",
+                    "cost",
+                ]
+            },
+        ),
+        (
+            "Timeline",
+            {
+                "fields": [
+                    "start_at",
+                    "expires_at",
+                    "created_at",
+                    "validated_at",
+                    "in_progress_at",
+                    "finalizing_at",
+                    "completed_at",
+                    "failed_at",
+                    "expired_at",
+                    "cancelling_at",
+                    "cancelled_at",
+                    "last_advanced_at",
+                    "next_advance_at",
+                ]
+            },
+        ),
+        ("Errors", {"fields": ["error_table"]}),
+        (
+            "Stored record",
+            {
+                "classes": ["collapse"],
+                "fields": [
+                    "window_seconds",
+                    "total",
+                    "completed",
+                    "failed",
+                    "output_file",
+                    "error_file",
+                    "plan",
+                    "errors",
+                ],
+            },
+        ),
+    ]
+    computed_fields = [
+        "progress_detail",
+        "retries_list",
+        "result_files",
+        "requests_link",
+        "plan_table",
+        "run_chart",
+        "plan_summary",
+        "error_table",
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Batch._meta.fields] + self.computed_fields
+
+    def has_operate_permission(self, request):
+        """Cancel and retry: whoever may change batches (superusers, or staff given
+        routing.change_batch); the change form itself stays read-only."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+    # List columns -----------------------------------------------------------------------
+
+    @admin.display(description="progress")
+    def progress(self, obj: Batch):
+        return format_html(
+            "{}{}",
+            f"{obj.completed:,} / {obj.total:,} done, {obj.failed:,} failed",
+            _progress_bar(obj.total, obj.completed, obj.failed),
+        )
+
+    @admin.display(description="plan")
+    def plan_tiers(self, obj: Batch):
+        lanes = _plan_lanes(obj)
+        if not lanes:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            "{} x {} streams",
+            ((x.get("key", "?"), f"{int(x.get('streams') or 0):,}") for x in lanes),
+        )
+
+    # Detail fields ----------------------------------------------------------------------
+
+    @admin.display(description="progress")
+    def progress_detail(self, obj: Batch):
+        p = batch_progress(obj)
+        return format_html(
+            "{} / {} completed, {} failed, {} running, {} queued{}",
+            f"{p['completed']:,}",
+            f"{p['total']:,}",
+            f"{p['failed']:,}",
+            f"{p['running']:,}",
+            f"{p['queued']:,}",
+            _progress_bar(p["total"], p["completed"], p["failed"]),
+        )
+
+    @admin.display(description="retries")
+    def retries_list(self, obj: Batch):
+        retries = list(obj.retries.order_by("created_at"))
+        if not retries:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            '<a href="{}">{}</a> ({})',
+            (
+                (reverse("admin:routing_batch_change", args=[r.pk]), r.pk, r.get_status_display())
+                for r in retries
+            ),
+        )
+
+    @admin.display(description="output and errors")
+    def result_files(self, obj: Batch):
+        return format_html(
+            "output: {}<br>errors: {}", _file_links(obj.output_file), _file_links(obj.error_file)
+        )
+
+    @admin.display(description="requests")
+    def requests_link(self, obj: Batch):
+        url = reverse("admin:routing_batchrequest_changelist")
+        return format_html(
+            '<a href="{}?batch={}">{} requests</a> (<a href="{}?batch={}&amp;status__exact=failed">'
+            "failed ones</a>)",
+            url,
+            obj.pk,
+            f"{obj.total:,}",
+            url,
+            obj.pk,
+        )
+
+    @admin.display(description="run")
+    def run_chart(self, obj: Batch):
+        uri = batch_chart(obj)
+        if uri is None:
+            return "-"
+        return format_html('<img src="{}" alt="requests completed over time, per tier">', uri)
+
+    @admin.display(description="plan")
+    def plan_table(self, obj: Batch):
+        lanes = _plan_lanes(obj)
+        if not lanes:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    x.get("key", "?"),
+                    x.get("pool", "?"),
+                    f"{int(x.get('streams') or 0):,}",
+                    f"{int(x.get('requests') or 0):,}",
+                    x.get("cost", "-"),
+                    _seconds(x.get("makespan_seconds")),
+                )
+                for x in lanes
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>model/tier</th><th>pool</th><th>streams</th>"
+            "<th>requests</th><th>cost</th><th>predicted makespan</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="plan summary")
+    def plan_summary(self, obj: Batch):
+        plan = obj.plan if isinstance(obj.plan, dict) else None
+        if not plan:
+            return "-"
+        return format_html(
+            "feasible: {}; makespan {} (fastest possible {}) in a window of {}; cost {}; "
+            "replanned {} time(s){}",
+            "yes" if plan.get("feasible") else "no",
+            _seconds(plan.get("makespan_seconds")),
+            _seconds(plan.get("fastest_makespan_seconds")),
+            _seconds(plan.get("window_seconds")),
+            plan.get("cost", "-"),
+            len(plan.get("replans") or []),
+            format_html("<br>{}", "; ".join(map(str, plan["notes"]))) if plan.get("notes") else "",
+        )
+
+    @admin.display(description="errors")
+    def error_table(self, obj: Batch):
+        errors = [e for e in obj.errors or [] if isinstance(e, dict)]
+        if not errors:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((e.get("line") or "-", e.get("code", "?"), e.get("message", "")) for e in errors),
+        )
+        return format_html(
+            "<table><thead><tr><th>line</th><th>code</th><th>message</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # Actions ----------------------------------------------------------------------------
+
+    def _each(self, request, queryset, call, what: str):
+        """Run `call(batch)` for each batch in its own savepoint; a refusal (BatchError)
+        or an unexpected error becomes a message, never a 500."""
+        results = []
+        for batch in queryset:
+            try:
+                with transaction.atomic():
+                    results.append((batch, call(batch)))
+            except BatchError as exc:
+                self.message_user(request, str(exc), level=messages.WARNING)
+            except Exception:
+                logger.exception("admin: %s of batch %s failed", what, batch.pk)
+                self.message_user(
+                    request,
+                    f"Batch {batch.pk}: {what} failed unexpectedly (see the server log).",
+                    level=messages.ERROR,
+                )
+        return results
+
+    @admin.action(description="Cancel selected batches", permissions=["operate"])
+    def cancel_batches(self, request, queryset):
+        at = timezone.now()
+        done = self._each(request, queryset, lambda b: batch_cancel(batch=b, at=at), "cancel")
+        if done:
+            self.message_user(
+                request,
+                format_html(
+                    "Cancelled {} batch(es): {}",
+                    len(done),
+                    format_html_join(
+                        ", ",
+                        "{} ({})",
+                        ((b.pk, new.get_status_display().lower()) for b, new in done),
+                    ),
+                ),
+                level=messages.SUCCESS,
+            )
+
+    @admin.action(description="Retry failed requests (as a new batch)", permissions=["operate"])
+    def retry_failed(self, request, queryset):
+        at = timezone.now()
+        made = self._each(request, queryset, lambda b: batch_retry_failed(batch=b, at=at), "retry")
+        if made:
+            self.message_user(
+                request,
+                format_html(
+                    "Created {} retry batch(es): {}",
+                    len(made),
+                    format_html_join(
+                        ", ",
+                        '<a href="{}">{}</a> (retry of {}, {} requests)',
+                        (
+                            (
+                                reverse("admin:routing_batch_change", args=[new.pk]),
+                                new.pk,
+                                old.pk,
+                                f"{new.total:,}",
+                            )
+                            for old, new in made
+                        ),
+                    ),
+                ),
+                level=messages.SUCCESS,
+            )
+
+
+class BatchRequestBatchFilter(admin.SimpleListFilter):
+    """Filter by batch: the latest batches are offered; any batch id works in the URL
+    (?batch=<id>), as the batch page links it."""
+
+    title = "batch"
+    parameter_name = "batch"
+
+    def lookups(self, request, model_admin):
+        return [
+            (str(b.pk), f"{str(b.pk)[:8]} {b.created_at:%Y-%m-%d %H:%M} ({b.status})")
+            for b in Batch.objects.only("pk", "created_at", "status").order_by("-created_at")[:15]
+        ]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        try:
+            batch_id = uuid.UUID(self.value())
+        except ValueError:
+            raise IncorrectLookupParameters(f"{self.value()!r} is not a batch id.") from None
+        return queryset.filter(batch_id=batch_id)
+
+
+@admin.register(BatchRequest)
+class BatchRequestAdmin(ReadOnlyAdmin):
+    """The lines of batches (up to 50,000 a batch): read-only, filtered by batch and
+    status. No full-table count on the list page."""
+
+    list_display = [
+        "custom_id",
+        "batch_link",
+        "line",
+        "status",
+        "model",
+        "tier",
+        "started_at",
+        "finished_at",
+        "cost",
+        "rerouted_from",
+    ]
+    list_filter = [BatchRequestBatchFilter, "status"]
+    search_fields = ["=custom_id"]
+    list_select_related = ["model", "tier"]
+    raw_id_fields = ["batch", "model", "tier", "pool", "reservation"]
+    show_full_result_count = False
+    list_per_page = 100
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in BatchRequest._meta.fields]
+
+    @admin.display(description="batch", ordering="batch_id")
+    def batch_link(self, obj: BatchRequest):
+        url = reverse("admin:routing_batch_change", args=[obj.batch_id])
+        return format_html('<a href="{}">{}</a>', url, str(obj.batch_id)[:8])

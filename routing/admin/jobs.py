@@ -1,0 +1,59 @@
+"""Admin for jobs (watched, and cancelled through the jobs service) and the pools'
+background load."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+
+from routing.admin.base import ReadOnlyAdmin
+from routing.jobs.cancel import job_cancel
+from routing.jobs.errors import JobNotCancellable
+from routing.models import Job, PoolLoad
+
+
+@admin.register(PoolLoad)
+class PoolLoadAdmin(admin.ModelAdmin):
+    list_display = ["pool", "background_utilisation", "updated_at"]
+
+
+@admin.register(Job)
+class JobAdmin(ReadOnlyAdmin):
+    """Jobs are written only by the API and the workers; the admin watches them."""
+
+    list_display = [
+        "id",
+        "account",
+        "status",
+        "model",
+        "tier",
+        "pool",
+        "predicted_cost",
+        "cost",
+        "created_at",
+        "finishes_at",
+    ]
+    list_filter = ["status", "tier", "pool", "model"]
+    search_fields = ["id", "account__name", "idempotency_key"]
+    date_hierarchy = "created_at"
+    list_select_related = ["account", "model", "tier", "pool"]
+    actions = ["cancel_jobs"]
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_staff  # for the cancel action; fields stay read-only
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Job._meta.fields]
+
+    @admin.action(description="Cancel selected jobs (release their quota)")
+    def cancel_jobs(self, request, queryset):
+        done, refused = 0, []
+        for job in queryset:
+            try:
+                job_cancel(job=job)
+                done += 1
+            except JobNotCancellable as exc:
+                refused.append(str(exc))
+        if done:
+            self.message_user(request, f"Cancelled {done} job(s).", level=messages.SUCCESS)
+        for msg in refused:
+            self.message_user(request, msg, level=messages.WARNING)

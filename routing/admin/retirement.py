@@ -1,0 +1,84 @@
+"""Admin for what retirements did (quota policies applied, notices sent) and the
+retirement impact page of a model (linked from the catalog's model versions by its URL
+name, admin:routing_retirement_impact)."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+from django.urls import path
+
+from catalog import lifecycle
+from catalog.models import ModelVersion, Tier
+from routing.admin.base import ReadOnlyAdmin
+from routing.models import Notice, RetirementApplication
+from routing.retirement.impact import impact_chart, retirement_impact
+from routing.retirement.notices import notices_resend
+
+
+@admin.register(RetirementApplication)
+class RetirementApplicationAdmin(ReadOnlyAdmin):
+    list_display = ["applied_at", "package", "model", "policy", "successor", "detail"]
+    list_filter = ["policy", "model"]
+
+    def get_urls(self):
+        return [
+            path(
+                "impact/<str:slug>/",
+                self.admin_site.admin_view(self.impact_view),
+                name="routing_retirement_impact",
+            )
+        ] + super().get_urls()
+
+    def impact_view(self, request, slug: str):
+        """Retirement impact of a model: users, migration replay, capacity, chart."""
+        context = {**self.admin_site.each_context(request), "title": "Retirement impact"}
+        model = ModelVersion.objects.filter(slug=slug).first()
+        if model is None:
+            self.message_user(request, f"No model {slug!r}.", level=messages.ERROR)
+            return TemplateResponse(
+                request, "admin/routing/impact.html", {**context, "impact": None}
+            )
+        successor = ModelVersion.objects.filter(slug=request.GET.get("successor") or "").first()
+        tier = Tier.objects.filter(slug=request.GET.get("tier") or "").first()
+        impact = retirement_impact(model=model, successor=successor, tier=tier)
+        context |= {
+            "title": f"Retirement impact: {model.slug}",
+            "impact": impact,
+            "chart": impact_chart(impact) if impact.accounts else None,
+            "models": ModelVersion.objects.order_by("slug"),
+            "tiers": Tier.objects.all(),
+            "status": lifecycle.model_status(model),
+        }
+        return TemplateResponse(request, "admin/routing/impact.html", context)
+
+
+@admin.register(Notice)
+class NoticeAdmin(ReadOnlyAdmin):
+    """Who was told what, and whether their webhook got it."""
+
+    list_display = [
+        "created_at",
+        "account",
+        "model",
+        "retires_on",
+        "successor",
+        "delivery",
+        "attempts",
+        "last_attempt_at",
+        "last_error",
+    ]
+    list_filter = ["delivery", "model"]
+    search_fields = ["account__name", "model__slug"]
+    actions = ["retry_delivery"]
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_staff  # for the action; fields stay read-only
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Notice._meta.fields]
+
+    @admin.action(description="Deliver again (failed or pending webhooks)")
+    def retry_delivery(self, request, queryset):
+        sent = notices_resend(notices=queryset)
+        self.message_user(request, f"Sent {sent} notice(s) again.", level=messages.SUCCESS)
