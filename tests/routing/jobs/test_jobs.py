@@ -1,5 +1,5 @@
 """Jobs through the API and the services, in process (the worker's steps are called
-directly with explicit times; tests/routing/test_jobs_e2e.py runs real workers)."""
+directly with explicit times; tests/routing/jobs/test_jobs_e2e.py runs real workers)."""
 
 import datetime as dt
 from decimal import Decimal

@@ -101,7 +101,7 @@ def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
 
     from routing.accounts.keys import account_create
     from routing.batches import service as batches
-    from tests.routing.test_batches import jsonl, upload
+    from tests.routing.batches.test_batches import jsonl, upload
 
     account, _ = account_create(name="nightly-ops", default_credits=Decimal(100))
     at = timezone.now()

@@ -1,5 +1,5 @@
 """Batches in process: files, validation, the plan, the run (each chain link called with
-an explicit time), cancel, expiry, quota, retirement. tests/routing/test_batches_e2e.py
+an explicit time), cancel, expiry, quota, retirement. tests/routing/batches/test_batches_e2e.py
 runs a 10,000-line batch through real workers."""
 
 from __future__ import annotations
