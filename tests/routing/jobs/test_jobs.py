@@ -12,14 +12,10 @@ from routing.jobs import service as jobs_service
 from routing.models import Job, LedgerEntry, QuotaPackage, QuotaReservation
 from routing.quota import service as quota
 from tests.helpers import GDPVAL, ApiClient
+from tests.helpers import job_submit as submit
 
 pytestmark = pytest.mark.django_db
 PROBLEM = "application/problem+json"
-
-
-def submit(api, key=None, **fields):
-    extra = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-    return api.post_json("/api/v1/jobs", GDPVAL | {"deadline_seconds": 600} | fields, **extra)
 
 
 def later(job: Job, seconds=1) -> dt.datetime:
@@ -43,12 +39,10 @@ def test_a_job_is_accepted_with_its_prediction_and_reservation(api, account):
     assert quota.ledger_mismatches() == []
 
 
-def test_the_task_is_sent_only_after_commit(api, django_capture_on_commit_callbacks, monkeypatch):
-    sent = []
-    monkeypatch.setattr(jobs_service, "send_run", lambda job_id: sent.append(str(job_id)))
+def test_the_task_is_sent_only_after_commit(api, django_capture_on_commit_callbacks, dispatched):
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         body = submit(api).json()
-    assert len(callbacks) == 1 and sent == [body["id"]]
+    assert len(callbacks) == 1 and dispatched == [("routing.run_job", (body["id"],))]
 
 
 def test_run_then_finish_settles_once(api, account):
@@ -226,16 +220,15 @@ def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
     assert submit(api, deadline_seconds=86400).json()["tier"] == "flex"
 
 
-def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, monkeypatch, settings):
-    sent = []
-    monkeypatch.setattr(jobs_service, "send_run", lambda job_id: sent.append(str(job_id)))
+def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, dispatched, settings):
     stale_id = submit(api).json()["id"]
     running = jobs_service.job_run(submit(api).json()["id"])
     settings.JOB_RESEND_AFTER_SECONDS = 30
     soon = running.created_at + dt.timedelta(seconds=5)
     assert jobs_service.jobs_sweep(at=soon) == {"finished": 0, "resent": 0}
     report = jobs_service.jobs_sweep(at=later(running, 60))
-    assert report == {"finished": 1, "resent": 1} and sent == [stale_id]
+    assert report == {"finished": 1, "resent": 1}
+    assert dispatched.of("routing.run_job") == [(stale_id,)]
     assert jobs_service.jobs_sweep(at=later(running, 61)) == {"finished": 0, "resent": 0}
     assert Job.objects.get(pk=running.pk).status == "succeeded"
 
