@@ -127,7 +127,7 @@ def validate_bench(n: int, shapes: int, profile: bool) -> dict:
 
     from django.utils import timezone
 
-    from routing.accounts.keys import account_create
+    from routing.accounts.accounts import account_create
     from routing.batches import service as batches
     from routing.batches.files import file_create
     from routing.models import Batch

@@ -30,7 +30,7 @@ import django  # noqa: E402
 django.setup()
 
 import simengine  # noqa: E402
-from routing.quota.service import PackageView  # noqa: E402
+from routing.quota import PackageView  # noqa: E402
 from routing.router.route import ModelOption, RouteRequest, TierOption, route  # noqa: E402
 
 NOW = dt.datetime(2026, 12, 2, 12, tzinfo=dt.UTC)

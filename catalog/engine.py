@@ -28,6 +28,31 @@ def engine_deployment(
     )
 
 
+def predict_on(
+    model: ModelVersion,
+    pool: HardwarePool,
+    tier: str,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    turns: int = 1,
+    tool_seconds: float = 0.0,
+) -> simengine.Prediction:
+    """The engine's prediction (no breakdown, no load) for one task shape on a model's
+    pool and tier: the call the worker, the batch runner and the impact view share."""
+    return simengine.predict(
+        model_spec(model),
+        engine_deployment(pool, tier),
+        simengine.TaskProfile(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            turns=turns,
+            tool_seconds=tool_seconds,
+        ),
+        breakdown=False,
+    )
+
+
 def deployment_of(deployment: Deployment, *, transport: str = "reworked") -> simengine.Deployment:
     return engine_deployment(deployment.pool, deployment.tier.slug, transport=transport)
 

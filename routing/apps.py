@@ -10,8 +10,8 @@ class RoutingConfig(AppConfig):
         from catalog.lifecycle import model_retired, retirement_announced
         from routing import tasks  # noqa: F401  (registers the tasks services send by name)
         from routing.api import schema  # noqa: F401  (registers the OpenAPI auth scheme)
+        from routing.retirement.day import on_model_retired
         from routing.retirement.notices import on_retirement_announced
-        from routing.retirement.policies import on_model_retired
 
         model_retired.connect(on_model_retired, dispatch_uid="routing-quota-on-retirement")
         # Retired now: the affected accounts hear of it too.

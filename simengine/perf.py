@@ -167,6 +167,22 @@ class Prediction:
         data["turns"] = [asdict(t) for t in self.turns]
         return data
 
+    def summary(self) -> dict[str, Any]:
+        """The timings a client is shown for a prediction (no breakdown, no hardware
+        detail beyond wafers and stream capacity)."""
+        return {
+            "queue_seconds": self.queue_seconds,
+            "ttft_seconds": self.ttft_seconds,
+            "generation_seconds": self.generation_seconds,
+            "transport_seconds": self.transport_seconds,
+            "tool_seconds": self.tool_seconds,
+            "total_seconds": self.total_seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "wafers": self.wafers,
+            "stream_capacity": self.stream_capacity,
+            "saturated": self.queue_saturated,
+        }
+
 
 @dataclass(frozen=True)
 class _Served:

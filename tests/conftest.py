@@ -5,7 +5,7 @@ from django.db import connection
 
 from catalog.loader import catalog_load
 from routing.core import dispatch
-from routing.quota.service import clear_scopes
+from routing.quota import clear_scopes
 from routing.router.snapshot import clear_pool_loads, clear_snapshot
 
 pytest_plugins = ["tests.realparts"]

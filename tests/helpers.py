@@ -23,7 +23,7 @@ from catalog.models import Deployment, HardwarePool, ModelFamily, ModelVersion, 
 from routing.batches import service as batches
 from routing.batches.files import file_create
 from routing.models import Account, Batch, File, QuotaPackage
-from routing.quota.service import package_create
+from routing.quota import package_create
 from routing.router.route import TierOption
 
 

@@ -8,7 +8,7 @@ import datetime as dt
 import hashlib
 import secrets
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from routing.core.sql import as_utc
@@ -29,9 +29,9 @@ def api_key_create(*, account: Account, name: str = "default") -> tuple[ApiKey, 
     return key, raw
 
 
-def api_key_revoke(*, key: ApiKey, now: dt.datetime | None = None) -> ApiKey:
+def api_key_revoke(*, key: ApiKey, at: dt.datetime | None = None) -> ApiKey:
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
-        revoked_at=now or timezone.now()
+        revoked_at=at or timezone.now()
     )
     key.refresh_from_db()
     return key
@@ -51,7 +51,7 @@ _AUTH_SQL = (
 )
 
 
-def api_key_authenticate(raw: str, *, now: dt.datetime | None = None) -> ApiKey:
+def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
     row = None
     if raw:
         digest = hash_key(raw)
@@ -75,27 +75,7 @@ def api_key_authenticate(raw: str, *, now: dt.datetime | None = None) -> ApiKey:
         last_used_at=last_used,
         revoked_at=revoked,
     )
-    now = now or timezone.now()
-    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    at = at or timezone.now()
+    if key.last_used_at is None or at - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=at)
     return key
-
-
-@transaction.atomic
-def account_create(
-    *, name: str, default_credits=None, auto_migrate: bool = False
-) -> tuple[Account, str]:
-    """A new account with one key and a default monthly package on every model."""
-    from decimal import Decimal
-
-    from routing.quota.service import package_create
-
-    account = Account.objects.create(name=name, auto_migrate=auto_migrate)
-    _, raw = api_key_create(account=account)
-    package_create(
-        account=account,
-        name="Main (monthly)",
-        limit=Decimal("100") if default_credits is None else default_credits,
-        order=10,
-    )
-    return account, raw

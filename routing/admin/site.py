@@ -1,5 +1,5 @@
 """Admin for accounts, keys, quota, pool load, jobs and batches. Balance columns are
-read-only here: they change only through routing.quota.service (with a ledger row). Batches and
+read-only here: they change only through routing.quota (with a ledger row). Batches and
 their files are written only by routing.batches.service; the admin watches them and its actions
 call the services."""
 
@@ -24,6 +24,7 @@ from django.utils.safestring import mark_safe
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
+from routing import quota
 from routing.accounts.keys import api_key_create, api_key_revoke
 from routing.batches.service import (
     BatchError,
@@ -35,7 +36,8 @@ from routing.batches.service import (
     schedule_check,
     schedule_sync,
 )
-from routing.jobs.service import JobNotCancellable, job_cancel
+from routing.jobs.cancel import job_cancel
+from routing.jobs.errors import JobNotCancellable
 from routing.models import (
     Account,
     ApiKey,
@@ -51,10 +53,9 @@ from routing.models import (
     QuotaReservation,
     RetirementApplication,
 )
-from routing.quota import service as quota
 from routing.router.quotes import quote_build
+from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
 from routing.router.route import RouteRequest
-from routing.router.snapshot import ModelNotServing, ModelRetired, ModelUnknown
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,12 @@
+"""The API's request and response shapes, declared for validation and for the OpenAPI
+schema. Responses are built as plain dicts (shapes.py, file_json, notice_json); the
+serializers here document them."""
+
 from __future__ import annotations
 
 from decimal import Decimal
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -13,7 +18,8 @@ from routing.core.limits import (
     MIN_DEADLINE_SECONDS,
     tier_word,
 )
-from routing.models import QuotaPackage
+from routing.models import Batch, File, Notice, QuotaPackage
+from routing.retirement.policies import package_retirements
 
 
 class RouteRequestSerializer(serializers.Serializer):
@@ -188,10 +194,6 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(PackageRetirementSerializer(many=True))
     def get_retirements(self, obj) -> list[dict]:
-        from django.utils import timezone
-
-        from routing.retirement.policies import package_retirements
-
         return PackageRetirementSerializer(
             package_retirements(obj, self.context.get("now") or timezone.now()), many=True
         ).data
@@ -216,7 +218,7 @@ class JobOutputSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.Serializer):
-    """Documents the job object (the views build it with routing.api.views.job_json)."""
+    """Documents the job object (the API builds it as a plain dict of these fields)."""
 
     id = serializers.UUIDField()
     object = serializers.CharField(default="job")
@@ -248,3 +250,100 @@ class JobSerializer(serializers.Serializer):
     time_scale = serializers.FloatField(help_text="Simulated seconds per wall second.")
     error = serializers.CharField(allow_blank=True)
     output = JobOutputSerializer(required=False, help_text="Detail view of a finished job.")
+
+
+class NoticeSerializer(serializers.Serializer):
+    """Documents a notice (the API and the account's webhook send the same object)."""
+
+    id = serializers.UUIDField()
+    object = serializers.CharField(default="notice")
+    kind = serializers.CharField()
+    model = serializers.CharField()
+    retires_on = serializers.DateField()
+    announced_on = serializers.DateField()
+    successor = serializers.CharField(allow_null=True)
+    successor_tier = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+    your_usage = serializers.DictField()
+    quota = serializers.ListField(child=serializers.DictField())
+    created_at = serializers.DateTimeField()
+    delivery = serializers.ChoiceField(choices=Notice.Delivery.values)
+
+
+class FileSerializer(serializers.Serializer):
+    """Documents a file."""
+
+    id = serializers.CharField()
+    object = serializers.CharField(default="file")
+    purpose = serializers.ChoiceField(choices=File.Purpose.values)
+    filename = serializers.CharField()
+    bytes = serializers.IntegerField()
+    lines = serializers.IntegerField()
+    sha256 = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class FileUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(
+        help_text="JSONL, one request a line; at most 200 MB, 50,000 lines."
+    )
+    purpose = serializers.CharField(help_text="`batch`.")
+
+
+class BatchCreateSerializer(serializers.Serializer):
+    input_file_id = serializers.CharField(max_length=40)
+    endpoint = serializers.CharField(
+        max_length=40, default="/v1/jobs", help_text="`/v1/jobs` or `/v1/chat/completions`."
+    )
+    completion_window = serializers.CharField(
+        max_length=16, default="24h", help_text="30m, 8h, 24h (default), 2d; from 1m to 7d."
+    )
+    start_at = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="Earliest start: `now` (default) or an ISO 8601 time, at most 31 days ahead.",
+    )
+    metadata = serializers.DictField(child=serializers.CharField(), required=False, allow_null=True)
+
+
+class RequestCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
+class BatchSerializer(serializers.Serializer):
+    """Documents a batch (built by batch_json)."""
+
+    id = serializers.UUIDField()
+    object = serializers.CharField(default="batch")
+    endpoint = serializers.CharField()
+    input_file_id = serializers.CharField()
+    completion_window = serializers.CharField()
+    window_seconds = serializers.FloatField()
+    status = serializers.ChoiceField(choices=Batch.Status.values)
+    output_file_id = serializers.CharField(allow_null=True)
+    error_file_id = serializers.CharField(allow_null=True)
+    errors = serializers.DictField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    start_at = serializers.DateTimeField()
+    validated_at = serializers.DateTimeField(allow_null=True)
+    in_progress_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField()
+    finalizing_at = serializers.DateTimeField(allow_null=True)
+    completed_at = serializers.DateTimeField(allow_null=True)
+    failed_at = serializers.DateTimeField(allow_null=True)
+    expired_at = serializers.DateTimeField(allow_null=True)
+    cancelling_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    request_counts = RequestCountsSerializer()
+    metadata = serializers.DictField()
+    plan = serializers.DictField(
+        allow_null=True, help_text="Tiers, streams, predicted makespan and cost."
+    )
+    predicted_cost = serializers.CharField(allow_null=True)
+    predicted_finish_at = serializers.DateTimeField(allow_null=True)
+    cost = serializers.CharField(help_text="Charged so far (completed requests).")
+    schedule = serializers.CharField(allow_null=True)
+    retry_of = serializers.UUIDField(allow_null=True)
+    time_scale = serializers.FloatField()

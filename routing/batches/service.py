@@ -54,20 +54,15 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import HardwarePool, ModelVersion, Tier
+from routing import quota
 from routing.batches.files import MAX_BATCH_REQUESTS, file_lines, file_write
 from routing.batches.planner import BatchGroup, Plan, PlanError, fmt_duration, plan_batch
+from routing.core.clock import sim_scale, wall
 from routing.core.limits import MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
-from routing.jobs.service import sim_scale, synthetic_text, wall
-from routing.models import Account, Batch, BatchRequest, BatchSchedule, File
-from routing.quota import service as quota
-from routing.router.snapshot import (
-    ModelNotServing,
-    ModelRetired,
-    ModelUnknown,
-    model_option,
-    pool_loads,
-    resolve_for_routing,
-)
+from routing.jobs.output import synthetic_text
+from routing.models import Account, Batch, BatchRequest, BatchSchedule, File, QuotaReservation
+from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown, resolve_for_routing
+from routing.router.snapshot import model_option, pool_loads
 
 logger = logging.getLogger(__name__)
 
@@ -1124,7 +1119,7 @@ def _charge(batch: Batch, charges: dict[int, list[Decimal]]) -> Decimal:
     if not charges:
         return total
     refs = dict(
-        quota.QuotaReservation.objects.filter(pk__in=list(charges)).values_list("pk", "reference")
+        QuotaReservation.objects.filter(pk__in=list(charges)).values_list("pk", "reference")
     )
     for rid, costs in charges.items():
         amount = sum(costs, Decimal(0))
@@ -1172,12 +1167,12 @@ def _finish(batch: Batch, status: str, at: dt.datetime) -> str:
     """End a batch (under its lock): release what is still held, write the output and
     error files, set the final status and its time."""
     refs = set(
-        quota.QuotaReservation.objects.filter(
-            reference__startswith=f"batch:{batch.pk}:", state=quota.QuotaReservation.State.HELD
+        QuotaReservation.objects.filter(
+            reference__startswith=f"batch:{batch.pk}:", state=QuotaReservation.State.HELD
         ).values_list("reference", flat=True)
     )
     for ref in refs:
-        quota.quota_release(reference=ref, now=at)
+        quota.quota_release(reference=ref, at=at)
     batch.refresh_from_db()
     batch.output_file = (
         file_write(

@@ -17,9 +17,11 @@ from django.utils import timezone
 
 import simengine
 from catalog import lifecycle
-from catalog.engine import engine_deployment, model_spec
+from catalog.engine import model_spec, predict_on
 from catalog.models import Deployment, ModelVersion, Price, Tier
 from routing.models import Job, Notice, QuotaPackage
+from routing.quota import tied_packages
+from routing.router.route import tokens_cost
 from routing.router.snapshot import pool_loads
 
 WINDOW = dt.timedelta(days=30)
@@ -118,7 +120,7 @@ def retirement_impact(
     impact = Impact(model, successor, tier, end - WINDOW, end)
     jobs = Job.objects.filter(model=model, created_at__gte=impact.window_start, created_at__lt=end)
     impact.packages = list(
-        QuotaPackage.objects.filter(scope=QuotaPackage.Scope.MODELS, model_versions=model)
+        tied_packages(model)
         .select_related("account", "migrate_tier")
         .order_by("account__name", "name")
     )
@@ -177,30 +179,25 @@ def retirement_impact(
         acc["t_before"] += served_time.get(key, 0.0)
         if target is None or price is None:
             continue
-        task = simengine.TaskProfile(
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            turns=row["turns"],
-            tool_seconds=row["tool_seconds"],
-        )
         try:
-            pred = simengine.predict(
-                model_spec(successor),
-                engine_deployment(target.pool, tier.slug),
-                task,
-                breakdown=False,
+            pred = predict_on(
+                successor,
+                target.pool,
+                tier.slug,
+                input_tokens=row["input_tokens"],
+                output_tokens=row["output_tokens"],
+                turns=row["turns"],
+                tool_seconds=row["tool_seconds"],
             )
         except simengine.SimEngineError as exc:
             impact.notes.append(f"{row['account__name']}: cannot run on {successor.slug}: {exc}")
             continue
         acc["t_after"] += n * pred.total_seconds
-        acc["c_after"] += (
-            n
-            * (
-                row["input_tokens"] * price.input_per_million
-                + row["output_tokens"] * price.output_per_million
-            )
-            / Decimal(1_000_000)
+        acc["c_after"] += n * tokens_cost(
+            row["input_tokens"],
+            row["output_tokens"],
+            price_input=price.input_per_million,
+            price_output=price.output_per_million,
         )
         demand += n * pred.total_seconds / max(1, pred.stream_capacity)
     for name, acc in sorted(per_account.items(), key=lambda kv: -kv[1]["jobs"]):

@@ -21,7 +21,8 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.core import dispatch
-from routing.models import Account, Job, Notice, QuotaPackage
+from routing.models import Account, Job, Notice
+from routing.quota import tied_packages
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +45,7 @@ def affected_accounts(model: ModelVersion, at: dt.datetime) -> dict[int, dict]:
     )
     for row in recent:
         out.setdefault(row["account_id"], {"jobs_30d": 0, "packages": []})["jobs_30d"] = row["n"]
-    tied = QuotaPackage.objects.filter(
-        scope=QuotaPackage.Scope.MODELS, model_versions=model
-    ).select_related("migrate_tier")
+    tied = tied_packages(model).select_related("migrate_tier")
     for p in tied:
         out.setdefault(p.account_id, {"jobs_30d": 0, "packages": []})["packages"].append(
             {

@@ -10,16 +10,10 @@ from dataclasses import dataclass
 
 from catalog import lifecycle
 from routing.models import Account
-from routing.quota.service import account_packages
+from routing.quota import account_packages
+from routing.router.resolve import ModelNotServing, Resolved, auto_candidates, resolve_for_routing
 from routing.router.route import RouteDecision, RouteRequest, route
-from routing.router.snapshot import (
-    ModelNotServing,
-    Resolved,
-    auto_candidates,
-    model_option,
-    pool_loads,
-    resolve_for_routing,
-)
+from routing.router.snapshot import model_option, pool_loads
 
 AUTO = "auto"
 
@@ -35,6 +29,21 @@ class Quote:
     resolved: Resolved | None  # None for model "auto"
     decision: RouteDecision
     at: dt.datetime
+
+
+def route_request_from(data: dict) -> RouteRequest:
+    """The router's request from validated input: the API's quote and job serializers,
+    the admin's "Try a quote" form. Optional fields may be missing, None or blank."""
+    return RouteRequest(
+        input_tokens=data["input_tokens"],
+        output_tokens=data["output_tokens"],
+        turns=data["turns"],
+        tool_seconds=data["tool_seconds"],
+        deadline_seconds=data["deadline_seconds"],
+        max_cost=data.get("max_cost"),
+        tier=data.get("tier") or None,
+        task=data.get("task") or None,
+    )
 
 
 def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.datetime) -> Quote:

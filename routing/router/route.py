@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 import simengine
-from routing.quota.service import PackageView, choose_package, earliest_reset, payment_order
+from routing.quota import PackageView, choose_package, earliest_reset, payment_order
 
 MILLION = Decimal(1_000_000)
 
@@ -111,11 +111,19 @@ class RouteDecision:
     notes: list[str] = field(default_factory=list)
 
 
+def tokens_cost(input_tokens: int, output_tokens: int, *, price_input, price_output) -> Decimal:
+    """List price of so many tokens at per-million-token prices (1 credit = 1 USD)."""
+    return (input_tokens * price_input + output_tokens * price_output) / MILLION
+
+
 def task_cost(option: TierOption, req: RouteRequest) -> Decimal:
-    """List price of the task on this tier (1 credit = 1 USD)."""
-    return (
-        req.input_tokens * option.price_input + req.output_tokens * option.price_output
-    ) / MILLION
+    """List price of the task on this tier."""
+    return tokens_cost(
+        req.input_tokens,
+        req.output_tokens,
+        price_input=option.price_input,
+        price_output=option.price_output,
+    )
 
 
 def task_fits(model: ModelOption, req: RouteRequest) -> bool:
@@ -206,7 +214,7 @@ def route(
             except simengine.SimEngineError as exc:
                 cand.reason = f"cannot run: {exc}"
                 continue
-            cand.prediction = prediction_summary(pred)
+            cand.prediction = pred.summary()
             cand.total_seconds = pred.total_seconds
             expected_seconds = pred.total_seconds
             if quality:
@@ -243,21 +251,6 @@ def route(
             cand.package = choice.package
             cand.eligible = True
     return _decide(candidates, packages, fits_somewhere, quality)
-
-
-def prediction_summary(pred: simengine.Prediction) -> dict:
-    return {
-        "queue_seconds": pred.queue_seconds,
-        "ttft_seconds": pred.ttft_seconds,
-        "generation_seconds": pred.generation_seconds,
-        "transport_seconds": pred.transport_seconds,
-        "tool_seconds": pred.tool_seconds,
-        "total_seconds": pred.total_seconds,
-        "tokens_per_second": pred.tokens_per_second,
-        "wafers": pred.wafers,
-        "stream_capacity": pred.stream_capacity,
-        "saturated": pred.queue_saturated,
-    }
 
 
 def _decide(

@@ -1,20 +1,20 @@
-"""Reads for the router: catalog snapshots, pool loads, lifecycle resolution."""
+"""Reads for the router: catalog snapshots and pool loads (background and our own jobs)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
 import time
-from dataclasses import dataclass
 
+from django.db.models import Q, Sum
 from django.db.models.signals import post_delete, post_save
+from django.utils import timezone
 
-from catalog import lifecycle
 from catalog.engine import engine_deployment, model_spec
 from catalog.models import Benchmark, Deployment, ModelVersion, Price, Tier
-from routing.models import PoolLoad
+from routing.models import Job, PoolLoad
 from routing.router.route import Benchmark as RouterBenchmark
-from routing.router.route import ModelOption, TierOption, normalise_task
+from routing.router.route import ModelOption, TierOption
 
 # The catalog changes only when an admin edits it, and the quote path reads it on every
 # request: keep it for a few seconds per process, and drop it at once on a local save.
@@ -133,63 +133,17 @@ post_delete.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-d
 
 def own_pool_occupancy() -> dict[int, float]:
     """Share of each pool's slots held or awaited by this service's jobs."""
-    from django.utils import timezone
-
-    from routing.jobs.service import own_occupancy
-
     return own_occupancy(timezone.now())
 
 
-@dataclass(frozen=True)
-class Resolved:
-    requested: str
-    requested_model: ModelVersion
-    model: ModelVersion
-    status: str
-    migrated: bool
-    recommended_tier: Tier | None
-
-
-class ModelUnknown(LookupError):
-    pass
-
-
-class ModelRetired(Exception):
-    def __init__(self, model: ModelVersion, successor: ModelVersion | None, tier: Tier | None):
-        self.model, self.successor, self.tier = model, successor, tier
-        super().__init__(model.slug)
-
-
-class ModelNotServing(Exception):
-    def __init__(self, model: ModelVersion, status: str):
-        self.model, self.status = model, status
-        super().__init__(model.slug)
-
-
-def resolve_for_routing(ref: str, *, auto_migrate: bool, at: dt.datetime) -> Resolved:
-    """The model a request will run on: the one named, or for a retired model its
-    successor when the account opted in to automatic migration (never silently)."""
-    model = lifecycle.pick_model_reference(ref, catalog_rows(), at)
-    if model is None:
-        raise ModelUnknown(ref)
-    status = lifecycle.model_status(model, at)
-    if status == lifecycle.RETIRED:
-        res = lifecycle.resolve_successor(model, at)
-        successor = res.model if res.model.pk != model.pk else None
-        if successor is None or not auto_migrate or not lifecycle.is_serving(successor, at):
-            raise ModelRetired(model, successor, res.tier)
-        return Resolved(ref, model, successor, status, True, res.tier)
-    if status == lifecycle.UPCOMING:
-        raise ModelNotServing(model, status)
-    return Resolved(ref, model, model, status, False, None)
-
-
-def auto_candidates(task: str, at: dt.datetime) -> list[ModelVersion]:
-    """Serving models with a published result for the task class (model "auto")."""
-    wanted = normalise_task(task)
-    serving = ModelVersion.objects.filter(
-        lifecycle.status_q(lifecycle.ACTIVE, at)
-        | lifecycle.status_q(lifecycle.PREVIEW, at)
-        | lifecycle.status_q(lifecycle.DEPRECATED, at)
-    ).prefetch_related("benchmarks")
-    return [m for m in serving if any(normalise_task(b.name) == wanted for b in m.benchmarks.all())]
+def own_occupancy(at: dt.datetime) -> dict[int, float]:
+    """Share of each pool held or awaited by this service's jobs (queued jobs count:
+    they will need a slot; above 1.0 the pool has a queue)."""
+    rows = (
+        Job.objects.filter(
+            Q(status=Job.Status.QUEUED) | Q(status=Job.Status.RUNNING, finishes_at__gt=at)
+        )
+        .values("pool_id")
+        .annotate(share=Sum("slot_share"))
+    )
+    return {r["pool_id"]: r["share"] for r in rows}

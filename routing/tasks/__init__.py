@@ -6,15 +6,16 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from routing.jobs.service import job_finish_when_due, job_run, jobs_sweep
-from routing.quota.service import quota_reset_due
+from routing.jobs.sweep import jobs_sweep
+from routing.jobs.worker import job_finish_when_due, job_run
+from routing.quota import quota_reset_due
+from routing.retirement.day import retirements_apply_due
 from routing.retirement.notices import (
     WEBHOOK_MAX_ATTEMPTS,
     WebhookError,
     notice_deliver,
     notices_announce_due,
 )
-from routing.retirement.policies import retirements_apply_due
 
 # Expected, passing errors (the database restarting, a connection cut): retry with
 # exponential backoff and jitter. Anything else is a bug and is logged by Celery.

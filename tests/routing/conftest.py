@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from routing.accounts.keys import account_create
+from routing.accounts.accounts import account_create
 from tests.helpers import ApiClient
 
 

@@ -99,19 +99,10 @@ class Command(BaseCommand):
             "tier": deployment.tier.slug,
             "pool": deployment.pool.slug,
             "device": deployment.pool.device,
-            "tokens_per_second": pred.tokens_per_second,
-            "ttft_seconds": pred.ttft_seconds,
-            "generation_seconds": pred.generation_seconds,
-            "tool_seconds": pred.tool_seconds,
-            "transport_seconds": pred.transport_seconds,
-            "queue_seconds": pred.queue_seconds,
-            "total_seconds": pred.total_seconds,
-            "wafers": pred.wafers,
+            **pred.summary(),
             "gpus_per_replica": pred.gpus_per_replica,
             "replicas": pred.replicas,
-            "stream_capacity": pred.stream_capacity,
             "load": pred.load,
-            "saturated": pred.queue_saturated,
         }
         if o["json"]:
             self.stdout.write(json.dumps(result, indent=2))

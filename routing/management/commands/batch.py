@@ -133,7 +133,7 @@ class Command(BaseCommand):
         batch = Batch.objects.select_related("input_file").get(pk=batch.pk)
 
         if o["json"]:
-            from routing.api.batches import batch_json
+            from routing.api.shapes import batch_json
 
             self.stdout.write(json.dumps(batch_json(batch), indent=2))
         else:

@@ -4,7 +4,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
-from routing.accounts.keys import account_create
+from routing.accounts.accounts import account_create
 from routing.models import Account
 
 

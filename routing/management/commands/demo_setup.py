@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from routing.accounts.keys import account_create
+from routing.accounts.accounts import account_create
 from routing.models import Account
 
 DEMO_CREDITS = 1000

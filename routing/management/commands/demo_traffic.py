@@ -13,12 +13,12 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import deployment_of, model_spec
 from catalog.models import ModelVersion, Tier
-from routing.accounts.keys import account_create
-from routing.jobs.service import fingerprint
+from routing import quota
+from routing.accounts.accounts import account_create
+from routing.jobs.submit import fingerprint
 from routing.models import Account, Job, QuotaPackage
-from routing.quota import service as quota
 from routing.retirement.notices import notices_announce
-from routing.router.route import RouteRequest, TierOption, prediction_summary, task_cost
+from routing.router.route import RouteRequest, TierOption, task_cost
 
 PROFILES = [  # (name, share of jobs, typical shape)
     ("acme-robotics", 0.35, (6000, 2500, 4, 20)),
@@ -112,7 +112,7 @@ class Command(BaseCommand):
             spec, option.deployment, simengine.TaskProfile(**shape), breakdown=False
         )
         cost = task_cost(option, RouteRequest(deadline_seconds=3600, **shape))
-        timings = prediction_summary(pred)
+        timings = pred.summary()
         job = Job(
             account=account,
             request_fingerprint=fingerprint(shape),

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Q, Sum
 
 from routing.models import Batch, BatchRequest, Job, LedgerEntry, QuotaReservation
-from routing.quota.service import credits, ledger_mismatches
+from routing.quota import credits, ledger_mismatches
 
 
 class Command(BaseCommand):

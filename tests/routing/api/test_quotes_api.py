@@ -7,9 +7,9 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion
-from routing.accounts.keys import account_create
+from routing.accounts.accounts import account_create
 from routing.models import PoolLoad, QuotaPackage, QuotaReservation
-from routing.quota.service import package_create
+from routing.quota import package_create
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from routing.accounts.keys import account_create
+from routing.accounts.accounts import account_create
 from routing.batches.service import batch_advance, batch_finalize
 from routing.models import Batch
 from tests.helpers import jsonl_file

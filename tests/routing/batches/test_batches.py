@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion
-from routing.accounts.keys import account_create
+from routing import quota
+from routing.accounts.accounts import account_create
 from routing.batches import service as B
 from routing.models import Batch, BatchRequest, LedgerEntry, PoolLoad, QuotaReservation
-from routing.quota import service as quota
-from routing.retirement import policies as retirement
+from routing.retirement import day as retirement
 from tests.helpers import BATCH_BODY, ApiClient, jsonl
 from tests.helpers import batch_make as make
 from tests.helpers import batch_run as run

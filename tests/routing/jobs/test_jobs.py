@@ -7,10 +7,11 @@ from decimal import Decimal
 import pytest
 
 from catalog.models import HardwarePool
-from routing.accounts.keys import account_create
-from routing.jobs import service as jobs_service
+from routing import quota
+from routing.accounts.accounts import account_create
+from routing.jobs import sweep as jobs_sweep_mod
+from routing.jobs import worker as jobs_worker
 from routing.models import Job, LedgerEntry, QuotaPackage, QuotaReservation
-from routing.quota import service as quota
 from tests.helpers import GDPVAL, ApiClient
 from tests.helpers import job_submit as submit
 
@@ -47,13 +48,13 @@ def test_the_task_is_sent_only_after_commit(api, django_capture_on_commit_callba
 
 def test_run_then_finish_settles_once(api, account):
     job_id = submit(api).json()["id"]
-    job = jobs_service.job_run(job_id)
+    job = jobs_worker.job_run(job_id)
     assert job.status == "running" and job.finishes_at > job.started_at
-    assert jobs_service.job_run(job_id) is None  # a redelivered message does nothing
-    assert jobs_service.job_finish(job_id) is None  # not yet: the simulated run goes on
-    done = jobs_service.job_finish(job_id, at=later(job))
+    assert jobs_worker.job_run(job_id) is None  # a redelivered message does nothing
+    assert jobs_worker.job_finish(job_id) is None  # not yet: the simulated run goes on
+    done = jobs_worker.job_finish(job_id, at=later(job))
     assert done.status == "succeeded" and done.cost == Decimal("0.92")
-    assert jobs_service.job_finish(job_id, at=later(job, 5)) is None  # once only
+    assert jobs_worker.job_finish(job_id, at=later(job, 5)) is None  # once only
     pkg = account.packages.get()
     assert (pkg.spent, pkg.reserved) == (Decimal("0.92"), 0)
     assert LedgerEntry.objects.filter(kind="settle").count() == 1
@@ -62,8 +63,8 @@ def test_run_then_finish_settles_once(api, account):
 
 def test_the_finished_job_reads_back_with_timings_usage_and_simulated_output(api):
     job_id = submit(api, output_tokens=300, input_tokens=1000, turns=1, tool_seconds=0).json()["id"]
-    job = jobs_service.job_run(job_id)
-    jobs_service.job_finish(job_id, at=later(job))
+    job = jobs_worker.job_run(job_id)
+    jobs_worker.job_finish(job_id, at=later(job))
     body = api.get(f"/api/v1/jobs/{job_id}").json()
     assert body["status"] == "succeeded"
     for key in (
@@ -126,7 +127,7 @@ def test_cancel_a_queued_job_releases_its_reservation(api, account):
         and r.json()["cost"] == "0.000000"
     )
     assert api.post_json(f"/api/v1/jobs/{job_id}/cancel", {}).json()["status"] == "cancelled"
-    assert jobs_service.job_run(job_id) is None  # a late message does not revive it
+    assert jobs_worker.job_run(job_id) is None  # a late message does not revive it
     pkg = account.packages.get()
     assert (pkg.spent, pkg.reserved) == (0, 0)
     assert quota.ledger_mismatches() == []
@@ -134,19 +135,19 @@ def test_cancel_a_queued_job_releases_its_reservation(api, account):
 
 def test_cancel_a_running_job_frees_its_slot_and_charges_nothing(api, account):
     job_id = submit(api).json()["id"]
-    job = jobs_service.job_run(job_id)
+    job = jobs_worker.job_run(job_id)
     r = api.post_json(f"/api/v1/jobs/{job_id}/cancel", {})
     assert r.json()["status"] == "cancelled"
     job.refresh_from_db()
     assert job.finishes_at <= job.cancelled_at
-    assert jobs_service.job_finish(job_id, at=later(job, 600)) is None
+    assert jobs_worker.job_finish(job_id, at=later(job, 600)) is None
     assert account.packages.get().spent == 0
 
 
 def test_a_finished_job_cannot_be_cancelled(api):
     job_id = submit(api).json()["id"]
-    job = jobs_service.job_run(job_id)
-    jobs_service.job_finish(job_id, at=later(job))
+    job = jobs_worker.job_run(job_id)
+    jobs_worker.job_finish(job_id, at=later(job))
     r = api.post_json(f"/api/v1/jobs/{job_id}/cancel", {})
     assert r.status_code == 409 and r["Content-Type"] == PROBLEM
 
@@ -163,7 +164,7 @@ def test_someone_elses_job_is_a_404(api, builtin_catalog):
 
 def test_list_filters_and_pages(api):
     ids = [submit(api).json()["id"] for _ in range(3)]
-    jobs_service.job_run(ids[0])
+    jobs_worker.job_run(ids[0])
     page = api.get("/api/v1/jobs?limit=2").json()
     assert [j["id"] for j in page["data"]] == ids[::-1][:2] and page["has_more"]
     rest = api.get(page["next"]).json()
@@ -183,12 +184,12 @@ def fill_pool(api) -> list[Job]:
     """Submit and run Standard jobs with a loose deadline until the pool is over full."""
     from routing.router.snapshot import clear_pool_loads
 
-    first = jobs_service.job_run(submit(api, tier="standard", deadline_seconds=86400).json()["id"])
+    first = jobs_worker.job_run(submit(api, tier="standard", deadline_seconds=86400).json()["id"])
     ran = [first]
     for _ in range(round(1 / first.slot_share) + 1):
         clear_pool_loads()  # the router sees every job at once (no 1 s cache lag)
         body = submit(api, tier="standard", deadline_seconds=86400).json()
-        ran.append(jobs_service.job_run(body["id"]))
+        ran.append(jobs_worker.job_run(body["id"]))
     return ran
 
 
@@ -222,20 +223,20 @@ def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
 
 def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, dispatched, settings):
     stale_id = submit(api).json()["id"]
-    running = jobs_service.job_run(submit(api).json()["id"])
+    running = jobs_worker.job_run(submit(api).json()["id"])
     settings.JOB_RESEND_AFTER_SECONDS = 30
     soon = running.created_at + dt.timedelta(seconds=5)
-    assert jobs_service.jobs_sweep(at=soon) == {"finished": 0, "resent": 0}
-    report = jobs_service.jobs_sweep(at=later(running, 60))
+    assert jobs_sweep_mod.jobs_sweep(at=soon) == {"finished": 0, "resent": 0}
+    report = jobs_sweep_mod.jobs_sweep(at=later(running, 60))
     assert report == {"finished": 1, "resent": 1}
-    assert dispatched.of("routing.run_job") == [(stale_id,)]
-    assert jobs_service.jobs_sweep(at=later(running, 61)) == {"finished": 0, "resent": 0}
+    assert dispatched == [("routing.run_job", (stale_id,))]
+    assert jobs_sweep_mod.jobs_sweep(at=later(running, 61)) == {"finished": 0, "resent": 0}
     assert Job.objects.get(pk=running.pk).status == "succeeded"
 
 
 def test_time_scale_compresses_wall_time(api, settings):
     settings.SIM_TIME_SCALE = 100.0
-    job = jobs_service.job_run(submit(api).json()["id"])
+    job = jobs_worker.job_run(submit(api).json()["id"])
     sim = job.simulated["total_seconds"] - job.simulated["queue_seconds"]
     wall = (job.finishes_at - job.started_at).total_seconds()
     assert wall == pytest.approx(sim / 100, rel=1e-3)
@@ -247,8 +248,8 @@ def test_ledger_check_command_passes_and_catches_a_mismatch(api, account):
 
     from django.core.management import CommandError, call_command
 
-    job = jobs_service.job_run(submit(api).json()["id"])
-    jobs_service.job_finish(job.pk, at=later(job))
+    job = jobs_worker.job_run(submit(api).json()["id"])
+    jobs_worker.job_finish(job.pk, at=later(job))
     out = StringIO()
     call_command("ledger_check", "--json", stdout=out)
     assert '"ok": true' in out.getvalue()

@@ -7,10 +7,10 @@ import psycopg
 import pytest
 from django.db import connection, connections
 
-from routing.accounts.keys import account_create
-from routing.jobs import service as jobs_service
+from routing import quota
+from routing.accounts.accounts import account_create
+from routing.jobs import submit as jobs_submit
 from routing.models import Job
-from routing.quota import service as quota
 from tests.helpers import GDPVAL, ApiClient
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -27,7 +27,7 @@ def test_a_concurrent_duplicate_gets_409(on_postgres, builtin_catalog):
     with psycopg.connect(dsn(), autocommit=True) as other:
         # Another request with this key is in flight: it holds the key's lock.
         other.execute(
-            "SELECT pg_advisory_lock(%s)", [jobs_service.idempotency_lock_id(account.pk, "k")]
+            "SELECT pg_advisory_lock(%s)", [jobs_submit.idempotency_lock_id(account.pk, "k")]
         )
         r = api.post_json(
             "/api/v1/jobs", GDPVAL | {"deadline_seconds": 600}, HTTP_IDEMPOTENCY_KEY="k"

@@ -5,8 +5,8 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from catalog.models import ModelFamily, ModelVersion, Tier
+from routing import quota
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
-from routing.quota import service as quota
 from tests.helpers import make_account, make_model, make_package
 
 pytestmark = pytest.mark.django_db
@@ -152,7 +152,7 @@ def test_scope_by_family_and_tiers_and_validity(account, builtin_catalog):
         family=sol_family,
         tiers=[tier("priority")],
         valid_until=dt.datetime(2026, 12, 31, tzinfo=UTC),
-        now=now,
+        at=now,
     )
     view = quota.account_packages(account)[0]
     s = sol()
@@ -189,15 +189,15 @@ def test_periods_are_calendar_periods_in_utc(period, at, start, nxt):
 
 def test_a_due_reset_runs_once_even_if_triggered_twice(account):
     created = dt.datetime(2026, 12, 2, 9, tzinfo=UTC)
-    pkg = quota.package_create(account=account, name="daily", limit="10", period="day", now=created)
+    pkg = quota.package_create(account=account, name="daily", limit="10", period="day", at=created)
     quota.quota_reserve(package_id=pkg.pk, amount="4", reference="a")
     quota.quota_settle(reference="a", actual="4")
     quota.quota_reserve(package_id=pkg.pk, amount="3", reference="b")  # in flight
     before = dt.datetime(2026, 12, 2, 23, 59, tzinfo=UTC)
-    assert quota.quota_reset_due(now=before) == 0
+    assert quota.quota_reset_due(at=before) == 0
     after = dt.datetime(2026, 12, 3, 0, 1, tzinfo=UTC)
-    assert quota.quota_reset_due(now=after) == 1
-    assert quota.quota_reset_due(now=after) == 0
+    assert quota.quota_reset_due(at=after) == 1
+    assert quota.quota_reset_due(at=after) == 0
     pkg.refresh_from_db()
     assert pkg.spent == 0 and pkg.reserved == 3  # in-flight work keeps its hold
     assert pkg.period_start == dt.datetime(2026, 12, 3, tzinfo=UTC)
@@ -211,7 +211,7 @@ def test_a_one_off_package_never_resets(account):
     quota.quota_reserve(package_id=pkg.pk, amount="4", reference="a")
     quota.quota_settle(reference="a", actual="4")
     assert pkg.next_reset_at is None
-    quota.quota_reset_due(now=dt.datetime(2030, 1, 1, tzinfo=UTC))
+    quota.quota_reset_due(at=dt.datetime(2030, 1, 1, tzinfo=UTC))
     pkg.refresh_from_db()
     assert pkg.spent == 4 and not LedgerEntry.objects.filter(package=pkg, kind="reset").exists()
 

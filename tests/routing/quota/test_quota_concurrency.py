@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection, connections
 
-from routing.accounts.keys import account_create
+from routing import quota
+from routing.accounts.accounts import account_create
 from routing.models import QuotaPackage, QuotaReservation
-from routing.quota import service as quota
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

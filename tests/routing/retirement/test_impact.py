@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from catalog.models import HardwarePool, ModelVersion
+from routing import quota
 from routing.models import Job
-from routing.quota import service as quota
 from routing.retirement.impact import impact_chart, retirement_impact
 
 pytestmark = pytest.mark.django_db
@@ -99,7 +99,7 @@ def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
 
     from django.utils import timezone
 
-    from routing.accounts.keys import account_create
+    from routing.accounts.accounts import account_create
     from routing.batches import service as batches
     from tests.helpers import file_upload, jsonl
 

@@ -10,9 +10,9 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing.accounts.keys import account_create
+from routing import quota
+from routing.accounts.accounts import account_create
 from routing.models import Account, Notice, QuotaPackage
-from routing.quota import service as quota
 from routing.retirement import notices
 from tests.helpers import GDPVAL, ApiClient, job_submit
 

@@ -6,10 +6,10 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing.jobs import service as jobs_service
+from routing import quota
+from routing.jobs import worker as jobs_worker
 from routing.models import Job, QuotaReservation
-from routing.quota import service as quota
-from routing.retirement import policies as retirement
+from routing.retirement import reroute as retirement
 from tests.helpers import job_submit
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def retire_luna(policy: str):
 
 
 def test_queued_jobs_move_to_the_successor_and_running_ones_finish(api, account):
-    running = jobs_service.job_run(submit_luna(api))
+    running = jobs_worker.job_run(submit_luna(api))
     queued = [submit_luna(api) for _ in range(2)]
     model = retire_luna("reroute")
     assert retirement.jobs_reroute(model=model) == {"rerouted": 2, "kept": 0}
@@ -50,12 +50,12 @@ def test_queued_jobs_move_to_the_successor_and_running_ones_finish(api, account)
     assert retirement.jobs_reroute(model=model) == {"rerouted": 0, "kept": 0}  # once
     # The moved jobs run and settle once, on their new reservation.
     for job_id in queued:
-        job = jobs_service.job_run(job_id)
-        done = jobs_service.job_finish(job_id, at=job.finishes_at)
+        job = jobs_worker.job_run(job_id)
+        done = jobs_worker.job_finish(job_id, at=job.finishes_at)
         settled = QuotaReservation.objects.get(pk=done.reservation_id)
         assert done.status == "succeeded" and settled.state == "settled"
         assert done.cost == settled.charged
-    jobs_service.job_finish(running.pk, at=running.finishes_at)
+    jobs_worker.job_finish(running.pk, at=running.finishes_at)
     assert quota.ledger_mismatches() == []
     pkg = account.packages.get()
     assert pkg.reserved == 0
@@ -65,7 +65,7 @@ def test_with_the_default_policy_accepted_jobs_finish_on_the_retired_model(api):
     queued = submit_luna(api)
     model = retire_luna("finish")
     assert retirement.jobs_reroute(model=model) == {"rerouted": 0, "kept": 0}
-    job = jobs_service.job_run(queued)  # a retired model still runs what it accepted
+    job = jobs_worker.job_run(queued)  # a retired model still runs what it accepted
     assert job.status == "running" and job.model.slug == "gpt-5.6-luna"
 
 

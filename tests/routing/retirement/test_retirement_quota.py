@@ -7,9 +7,9 @@ import pytest
 
 from catalog import lifecycle
 from catalog.models import ModelVersion, Tier
+from routing import quota
 from routing.models import LedgerEntry, QuotaPackage, RetirementApplication
-from routing.quota import service as quota
-from routing.retirement import policies as retirement
+from routing.retirement import day, policies
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ def _with_policy(account, policy, **kw):
 
 def test_keep_covers_the_successor_until_its_own_expiry(account):
     pkg = _with_policy(account, "keep")
-    assert retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark")) == {
+    assert policies.quota_apply_retirement(model=m("gpt-5.3-codex-spark")) == {
         "applied": 1,
         "already": 0,
     }
@@ -49,7 +49,7 @@ def test_migrate_moves_to_the_successor_tier_at_the_stated_conversion(account):
     ultrafast = Tier.objects.get(slug="ultrafast")
     pkg = _with_policy(account, "migrate", migrate_tier=ultrafast, conversion=Decimal("0.25"))
     quota.quota_reserve(package_id=pkg.pk, amount="4", reference="in-flight")  # a job running
-    retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
+    policies.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
     pkg.refresh_from_db()
     assert list(pkg.model_versions.values_list("slug", flat=True)) == ["gpt-5.6-sol"]
     assert list(pkg.tiers.values_list("slug", flat=True)) == ["ultrafast"]
@@ -61,7 +61,7 @@ def test_migrate_moves_to_the_successor_tier_at_the_stated_conversion(account):
 
 def test_expire_ends_the_package_on_the_retirement_date_but_keeps_it_visible(api, account):
     pkg = _with_policy(account, "expire")
-    retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
+    policies.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
     pkg.refresh_from_db()
     assert pkg.valid_until == dt.datetime(2026, 9, 18, tzinfo=dt.UTC)
     data = {p["name"]: p for p in api.get("/api/v1/quota").json()["data"]}
@@ -74,11 +74,11 @@ def test_expire_ends_the_package_on_the_retirement_date_but_keeps_it_visible(api
 
 def test_applying_twice_changes_nothing(account):
     pkg = _with_policy(account, "migrate", conversion=Decimal("0.5"))
-    retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
+    policies.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))
     pkg.refresh_from_db()
     limit = pkg.limit
-    assert retirement.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))["already"] == 0
-    assert retirement.retirements_apply_due() == {
+    assert policies.quota_apply_retirement(model=m("gpt-5.3-codex-spark"))["already"] == 0
+    assert day.retirements_apply_due() == {
         "models": 0,
         "applied": 0,
         "rerouted": 0,
@@ -91,7 +91,7 @@ def test_applying_twice_changes_nothing(account):
 
 def test_a_crash_half_way_resumes_without_applying_anything_twice(account, monkeypatch):
     packages = [_with_policy(account, "migrate", conversion=Decimal("0.5")) for _ in range(3)]
-    real = retirement._apply_one
+    real = policies._apply_one
     calls = []
 
     def crash_on_second(package_id, *args):
@@ -100,12 +100,12 @@ def test_a_crash_half_way_resumes_without_applying_anything_twice(account, monke
             raise RuntimeError("worker died")
         return real(package_id, *args)
 
-    monkeypatch.setattr(retirement, "_apply_one", crash_on_second)
+    monkeypatch.setattr(policies, "_apply_one", crash_on_second)
     with pytest.raises(RuntimeError):
-        retirement.retirements_apply_due()
+        day.retirements_apply_due()
     assert RetirementApplication.objects.count() == 1
-    monkeypatch.setattr(retirement, "_apply_one", real)
-    assert retirement.retirements_apply_due()["applied"] == 2
+    monkeypatch.setattr(policies, "_apply_one", real)
+    assert day.retirements_apply_due()["applied"] == 2
     for pkg in packages:
         pkg.refresh_from_db()
         assert pkg.limit == Decimal(10)  # 20 x 0.5, once
@@ -137,7 +137,7 @@ def test_the_policy_and_date_show_before_the_day(api, account):
         "policy": "migrate",
         "applied_at": None,
     }
-    assert retirement.retirements_apply_due() == {
+    assert day.retirements_apply_due() == {
         "models": 0,
         "applied": 0,
         "rerouted": 0,

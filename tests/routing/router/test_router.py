@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 
 import simengine
-from routing.quota.service import PackageView
+from routing.quota import PackageView
 from routing.router.route import (
     Benchmark,
     ModelOption,

@@ -1,0 +1,69 @@
+"""What every client API view shares: key authentication, newest-first pagination, a
+choice filter, links to models and the deprecation headers of a model."""
+
+from __future__ import annotations
+
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.reverse import reverse
+from rest_framework.views import APIView
+
+from catalog import lifecycle
+from deploy.pagination import ListCursorPagination
+from deploy.problems import Problem
+from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
+
+
+class NewestFirstPagination(ListCursorPagination):
+    """Jobs, notices, files and batches: newest first."""
+
+    ordering = "-created_at"
+
+
+# A view for clients: an API key names the account (401 without one). No docstring on
+# purpose: drf-spectacular would show it on every view that has none of its own.
+class ClientAPIView(APIView):
+    authentication_classes = [BearerKeyAuthentication]
+    permission_classes = [HasAccount]
+
+    @property
+    def account(self):
+        return self.request.user.account
+
+    def permission_denied(self, request, message=None, code=None):
+        if not isinstance(request.user, KeyPrincipal):
+            raise NotAuthenticated(HasAccount.message)
+        super().permission_denied(request, message, code)
+
+
+def filter_choice(request, qs, name: str, choices):
+    """Filter a list by a query parameter that must be one of `choices` (400 if not)."""
+    wanted = request.query_params.get(name)
+    if not wanted:
+        return qs
+    if wanted not in choices:
+        raise Problem(
+            status_code=400,
+            slug="invalid-parameter",
+            title="Invalid query parameter",
+            detail=f"Unknown {name} {wanted!r}; one of {', '.join(choices)}.",
+            parameter=name,
+        )
+    return qs.filter(**{name: wanted})
+
+
+def model_url(request, slug: str) -> str:
+    return reverse("model-detail", args=[slug], request=request)
+
+
+def client_deprecation_headers(model, request, at=None) -> dict[str, str]:
+    """The catalog's Deprecation/Sunset/successor Link, plus, for a client, a
+    rel="deprecation" link to its notices about the model (date, successor, quota)."""
+    succ = model.successor.slug if model.successor_id else None
+    headers = lifecycle.deprecation_headers(
+        model, successor_url=model_url(request, succ) if succ else None, at=at
+    )
+    if headers:
+        notices = request.build_absolute_uri(f"{reverse('notice-list')}?model={model.slug}")
+        link = f'<{notices}>; rel="deprecation"; type="application/json"'
+        headers["Link"] = f"{headers['Link']}, {link}" if "Link" in headers else link
+    return headers

@@ -1,0 +1,110 @@
+"""/files: upload a batch input, list the account's files, read one and its content.
+Thin: arguments, then routing.batches.files."""
+
+from __future__ import annotations
+
+from django.http import FileResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+
+from deploy.problems import Problem
+from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
+from routing.api.errors import domain_problems
+from routing.api.serializers import FileSerializer, FileUploadSerializer
+from routing.batches.files import file_create, file_json
+from routing.models import File
+
+
+def own_file(account, file_id) -> File:
+    """The account's file; someone else's id is a 404, like an id that does not exist."""
+    f = File.objects.filter(pk=file_id, account=account).first()
+    if f is None:
+        raise Problem(
+            status_code=404,
+            slug="file-not-found",
+            title="Unknown file",
+            detail=f"No file {file_id}.",
+        )
+    return f
+
+
+class FileListView(ClientAPIView, generics.GenericAPIView):
+    """Upload a batch input (multipart: `file`, `purpose=batch`) or list the account's
+    files (inputs, and the output and error files of its batches)."""
+
+    parser_classes = [MultiPartParser, FormParser]
+    pagination_class = NewestFirstPagination
+
+    @extend_schema(
+        request={"multipart/form-data": FileUploadSerializer},
+        responses={
+            201: FileSerializer,
+            400: OpenApiResponse(description="Missing file, unknown purpose, empty file"),
+            413: OpenApiResponse(description="Over 200 MB or 50,000 requests"),
+        },
+    )
+    def post(self, request):
+        upload = request.FILES.get("file")
+        if upload is None:
+            raise Problem(
+                status_code=400,
+                slug="invalid-file",
+                title="No file",
+                detail="Send the file as multipart field `file`.",
+                parameter="file",
+            )
+        with domain_problems(request):
+            f = file_create(
+                account=self.account, purpose=request.data.get("purpose", ""), upload=upload
+            )
+        return Response(
+            file_json(f),
+            status=status.HTTP_201_CREATED,
+            headers={"Location": reverse("file-detail", args=[f.pk], request=request)},
+        )
+
+    @extend_schema(
+        parameters=[OpenApiParameter("purpose", str, enum=File.Purpose.values)],
+        responses=FileSerializer(many=True),
+    )
+    def get(self, request):
+        qs = File.objects.filter(account=self.account)
+        qs = filter_choice(request, qs, "purpose", File.Purpose.values)
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response([file_json(f) for f in page])
+
+
+class FileDetailView(ClientAPIView):
+    @extend_schema(
+        responses={200: FileSerializer, 404: OpenApiResponse(description="Unknown file")}
+    )
+    def get(self, request, file_id):
+        return Response(file_json(own_file(self.account, file_id)))
+
+
+class FileContentView(ClientAPIView):
+    """The file's content (JSONL): a batch's output or errors, or an input."""
+
+    @extend_schema(
+        responses={
+            (200, "application/jsonl"): OpenApiResponse(description="JSONL"),
+            404: OpenApiResponse(description="Unknown file"),
+        }
+    )
+    def get(self, request, file_id):
+        f = own_file(self.account, file_id)
+        try:
+            fh = f.content.open("rb")
+        except OSError as exc:
+            raise Problem(
+                status_code=410,
+                slug="file-gone",
+                title="File content gone",
+                detail=f"The content of {f.id} is no longer stored.",
+            ) from exc
+        return FileResponse(
+            fh, as_attachment=True, filename=f.filename, content_type="application/jsonl"
+        )

@@ -1,0 +1,141 @@
+"""/jobs: submit (with an optional Idempotency-Key), list, read and cancel the
+account's jobs. Thin: validation, then routing.jobs."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+
+from deploy.problems import Problem
+from routing.api.base import (
+    ClientAPIView,
+    NewestFirstPagination,
+    client_deprecation_headers,
+    filter_choice,
+)
+from routing.api.errors import PROBLEM_RESPONSES, domain_problems
+from routing.api.serializers import JobRequestSerializer, JobSerializer
+from routing.api.shapes import job_json
+from routing.jobs.cancel import job_cancel
+from routing.jobs.submit import job_submit
+from routing.models import Job
+from routing.router.quotes import route_request_from
+
+
+def idempotency_key_of(request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    key = key.strip()
+    if not key or len(key) > 255:
+        raise Problem(
+            status_code=400,
+            slug="invalid-idempotency-key",
+            title="Invalid Idempotency-Key",
+            detail="Idempotency-Key must be 1 to 255 characters.",
+        )
+    return key
+
+
+def own_job(account, job_id) -> Job:
+    """The account's job; someone else's id is a 404, like an id that does not exist."""
+    try:
+        return Job.objects.select_related("model", "tier", "pool", "package").get(
+            pk=job_id, account=account
+        )
+    except (Job.DoesNotExist, ValueError, ValidationError):
+        raise Problem(
+            status_code=404, slug="job-not-found", title="Unknown job", detail=f"No job {job_id}."
+        ) from None
+
+
+class JobListView(ClientAPIView, generics.GenericAPIView):
+    """Submit a job (POST) or list the account's jobs (GET, newest first)."""
+
+    pagination_class = NewestFirstPagination
+
+    @extend_schema(
+        request=JobRequestSerializer,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                location=OpenApiParameter.HEADER,
+                description="Makes retries safe: a repeat returns the same job; a "
+                "concurrent duplicate gets 409.",
+            )
+        ],
+        responses={
+            202: JobSerializer,
+            200: JobSerializer,
+            409: OpenApiResponse(description="Duplicate in progress"),
+            **PROBLEM_RESPONSES,
+        },
+    )
+    def post(self, request):
+        key = idempotency_key_of(request)
+        ser = JobRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        prompt = data.pop("prompt", "")
+        with domain_problems(request, model=data["model"]):
+            sub = job_submit(
+                account=self.account,
+                payload=data,
+                request=route_request_from(data),
+                prompt=prompt,
+                idempotency_key=key,
+            )
+        job = Job.objects.select_related("model", "tier", "pool", "package").get(pk=sub.job.pk)
+        headers = {"Location": reverse("job-detail", args=[job.pk], request=request)}
+        if sub.created:
+            headers.update(client_deprecation_headers(job.model, request))
+        else:
+            headers["Idempotent-Replayed"] = "true"
+        code = status.HTTP_202_ACCEPTED if sub.created else status.HTTP_200_OK
+        return Response(job_json(job), status=code, headers=headers)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str, enum=[s.value for s in Job.Status]),
+            OpenApiParameter("model", str, description="Requested or served model slug."),
+        ],
+        responses=JobSerializer(many=True),
+    )
+    def get(self, request):
+        qs = Job.objects.filter(account=self.account).select_related(
+            "model", "tier", "pool", "package"
+        )
+        qs = filter_choice(request, qs, "status", Job.Status.values)
+        model = request.query_params.get("model")
+        if model:
+            qs = qs.filter(Q(model__slug=model) | Q(requested_model=model))
+        page = self.paginate_queryset(qs)
+        return self.get_paginated_response([job_json(j) for j in page])
+
+
+class JobDetailView(ClientAPIView):
+    """A job: status, predicted vs simulated timings, tokens, cost, and (when done) the
+    synthetic output, marked as simulated."""
+
+    @extend_schema(responses={200: JobSerializer, 404: OpenApiResponse(description="Unknown job")})
+    def get(self, request, job_id):
+        return Response(job_json(own_job(self.account, job_id), detail=True))
+
+
+class JobCancelView(ClientAPIView):
+    """Cancel a queued or running job: its reservation is released, nothing is charged."""
+
+    @extend_schema(
+        request=None,
+        responses={200: JobSerializer, 409: OpenApiResponse(description="Already finished")},
+    )
+    def post(self, request, job_id):
+        job = own_job(self.account, job_id)
+        with domain_problems(request):
+            job = job_cancel(job=job)
+        return Response(job_json(own_job(self.account, job.pk)))

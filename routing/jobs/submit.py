@@ -1,0 +1,178 @@
+"""Accepting a job: quote, then the job row and its quota reservation in one
+transaction (with Idempotency-Key replay), and the worker's task sent after commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from catalog import lifecycle
+from catalog.models import ModelVersion
+from routing import quota
+from routing.core import dispatch
+from routing.core.clock import wall
+from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
+from routing.models import Account, Job
+from routing.router.quotes import Quote, quote_build
+from routing.router.resolve import ModelRetired
+from routing.router.route import RouteRequest
+
+
+def fingerprint(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class Submission:
+    job: Job
+    created: bool  # False: an Idempotency-Key replay
+    quote: Quote | None
+
+
+def job_submit(
+    *,
+    account: Account,
+    payload: dict,
+    request: RouteRequest,
+    prompt: str = "",
+    idempotency_key: str | None = None,
+    at: dt.datetime | None = None,
+) -> Submission:
+    """Quote, then write the job and its quota reservation in one transaction; the
+    worker's task is sent after commit. Raises NoTierChosen, quota.QuotaExhausted,
+    ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch."""
+    at = at or timezone.now()
+    digest = fingerprint({**payload, "prompt": prompt})
+    if idempotency_key:
+        replay = _replay(account, idempotency_key, digest)
+        if replay is not None:
+            return Submission(replay, False, None)
+    q = quote_build(account=account, model=payload["model"], request=request, at=at)
+    chosen = q.decision.chosen
+    if chosen is None:
+        raise NoTierChosen(q)
+    try:
+        with transaction.atomic():
+            if idempotency_key:
+                _lock_idempotency_key(account, idempotency_key)
+            # The quote read a cached catalog: re-check the lifecycle on the row itself.
+            model = ModelVersion.objects.select_related("successor").get(slug=chosen.model)
+            if not lifecycle.is_serving(model, at):
+                res = lifecycle.resolve_successor(model, at)
+                raise ModelRetired(model, res.model if res.model.pk != model.pk else None, res.tier)
+            job_id = uuid.uuid4()
+            reservation = quota.quota_reserve_for(
+                account=account,
+                model_id=model.pk,
+                family_id=model.family_id,
+                tier_id=chosen.tier_id,
+                amount=chosen.cost,
+                reference=f"job:{job_id}",
+                at=at,
+                note=f"job {job_id}",
+            )
+            job = _create_job(
+                job_id,
+                account,
+                payload,
+                request,
+                prompt,
+                idempotency_key,
+                digest,
+                q,
+                model,
+                reservation,
+                at,
+            )
+            transaction.on_commit(lambda: send_run(job.pk))
+    except IntegrityError:
+        if idempotency_key:
+            replay = _replay(account, idempotency_key, digest)
+            if replay is not None:
+                return Submission(replay, False, None)
+        raise
+    return Submission(job, True, q)
+
+
+def _replay(account: Account, key: str, digest: str) -> Job | None:
+    job = Job.objects.filter(account=account, idempotency_key=key).first()
+    if job is not None and job.request_fingerprint != digest:
+        raise IdempotencyMismatch(
+            "This Idempotency-Key was used with a different request body; use a new key."
+        )
+    return job
+
+
+def idempotency_lock_id(account_id: int, key: str) -> int:
+    """The PostgreSQL advisory lock held while a request with this key is processed."""
+    digest = hashlib.sha256(f"{account_id}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _lock_idempotency_key(account: Account, key: str) -> None:
+    # A concurrent duplicate is told 409 at once rather than waiting on the unique
+    # index (pretix's pattern). Row locks and advisory locks exist on PostgreSQL only;
+    # elsewhere the unique constraint still prevents a second job.
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [idempotency_lock_id(account.pk, key)])
+        if not cur.fetchone()[0]:
+            raise IdempotencyConflict("A request with this Idempotency-Key is in progress.")
+    if Job.objects.filter(account=account, idempotency_key=key).exists():
+        raise IntegrityError("idempotency key taken")  # finished meanwhile: replay it
+
+
+def placement_fields(c, reservation, at: dt.datetime) -> dict:
+    """Where a job runs and what it was promised, from the router's chosen candidate and
+    the reservation that pays for it (used when a job is created and when it is moved)."""
+    pred = c.prediction
+    return {
+        "tier_id": c.tier_id,
+        "pool_id": c.pool_id,
+        "predicted": pred,
+        "predicted_cost": c.cost,
+        "predicted_start_at": at + wall(pred["queue_seconds"]),
+        "predicted_completion_at": at + wall(pred["total_seconds"]),
+        "slot_share": 1.0 / max(1, pred["stream_capacity"]),
+        "reservation": reservation,
+        "package_id": reservation.package_id,
+    }
+
+
+def _create_job(
+    job_id, account, payload, request, prompt, key, digest, q: Quote, model, reservation, at
+) -> Job:
+    return Job.objects.create(
+        id=job_id,
+        account=account,
+        idempotency_key=key,
+        request_fingerprint=digest,
+        requested_model=payload["model"],
+        model=model,
+        requested_tier=request.tier,
+        input_tokens=request.input_tokens,
+        output_tokens=request.output_tokens,
+        turns=request.turns,
+        tool_seconds=request.tool_seconds,
+        deadline_seconds=request.deadline_seconds,
+        max_cost=request.max_cost,
+        prompt=prompt,
+        last_sent_at=at,
+        **placement_fields(q.decision.chosen, reservation, at),
+    )
+
+
+RUN_TASK = "routing.run_job"
+
+
+def send_run(job_id) -> None:
+    """Hand the job to a worker. A broker that is down loses nothing: the job stays
+    queued in the database and the sweeper sends it again."""
+    dispatch.send_now(RUN_TASK, str(job_id), retry=True)

@@ -1,0 +1,145 @@
+"""The worker's side of a job: claim and run it on the simulated hardware (a slot of
+its pool booked), finish it (settle, one transaction).
+
+Simulated time: a job's timings are simulated seconds; SIM_TIME_SCALE simulated
+seconds pass per wall second. A worker never sleeps through a job: it computes the
+job's simulated run with the engine, books a slot of its pool from `started_at` to
+`finishes_at` (wall) and schedules the finish; queues form because a full pool's next
+slot starts only when enough running jobs end. Every step is a conditional write on
+the job row, so a redelivered or repeated message does nothing twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+import simengine
+from catalog.engine import predict_on
+from catalog.models import HardwarePool
+from routing import quota
+from routing.core import dispatch
+from routing.core.clock import sim_scale, wall
+from routing.models import Job
+
+logger = logging.getLogger(__name__)
+
+FINISH_TASK = "routing.finish_job"
+
+
+def send_finish(job_id, at: dt.datetime) -> None:
+    """Finish the job at `at` (wall); a lost message is the sweeper's to finish."""
+    dispatch.send_now(FINISH_TASK, str(job_id), countdown=(at - timezone.now()).total_seconds())
+
+
+def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, float]]:
+    """(finishes_at, share) of the jobs holding slots of a pool at `at`."""
+    return list(
+        Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING, finishes_at__gt=at)
+        .order_by("finishes_at")
+        .values_list("finishes_at", "slot_share")
+    )
+
+
+def next_slot(
+    holding: list[tuple[dt.datetime, float]], share: float, at: dt.datetime
+) -> dt.datetime:
+    """When a stream of `share` fits the pool: now if there is room, else when enough
+    of the running jobs (sorted by end) have finished."""
+    busy = sum(s for _, s in holding)
+    if busy + share <= 1.0 + 1e-9:
+        return at
+    for ends, s in holding:
+        busy -= s
+        if busy + share <= 1.0 + 1e-9:
+            return ends
+    return at
+
+
+def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
+    """Claim a queued job, simulate it, book its slot. Idempotent: only a queued job is
+    claimed (a conditional write under the row lock)."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .select_related("model", "tier", "pool")
+            .filter(pk=job_id, status=Job.Status.QUEUED)
+            .first()
+        )
+        if job is None:
+            return None  # done, cancelled, or claimed by another delivery
+        try:
+            pred = predict_on(
+                job.model,
+                job.pool,
+                job.tier.slug,
+                input_tokens=job.input_tokens,
+                output_tokens=job.output_tokens,
+                turns=job.turns,
+                tool_seconds=job.tool_seconds,
+            )
+        except simengine.SimEngineError as exc:
+            job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
+            job.attempts += 1
+            job.save(update_fields=["status", "error", "finished_at", "attempts"])
+            quota.quota_release(reference=job.reservation.reference, at=at)
+            return job
+        # One slot booking at a time per pool: lock the pool row (PostgreSQL).
+        HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
+        start = next_slot(pool_occupancy(job.pool_id, at), job.slot_share, at)
+        run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
+        queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
+        job.status = Job.Status.RUNNING
+        job.started_at = start
+        job.finishes_at = start + wall(run_seconds)
+        job.attempts += 1
+        job.simulated = {
+            "queue_seconds": queue_seconds,
+            "ttft_seconds": pred.ttft_seconds,
+            "generation_seconds": pred.generation_seconds,
+            "transport_seconds": pred.transport_seconds,
+            "tool_seconds": pred.tool_seconds,
+            "total_seconds": queue_seconds + run_seconds,
+            "tokens_per_second": pred.tokens_per_second,
+        }
+        job.save(update_fields=["status", "started_at", "finishes_at", "attempts", "simulated"])
+        transaction.on_commit(lambda: send_finish(job.pk, job.finishes_at))
+    return job
+
+
+def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
+    """Settle a job whose simulated run has ended: result and charge in one
+    transaction. Idempotent (only a running job past its end is finished)."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
+            .first()
+        )
+        if job is None:
+            return None
+        reservation = quota.quota_settle(
+            reference=job.reservation.reference, actual=job.predicted_cost, at=at
+        )
+        job.status = Job.Status.SUCCEEDED
+        job.finished_at = at
+        job.cost = reservation.charged
+        job.save(update_fields=["status", "finished_at", "cost"])
+        return job
+
+
+def job_finish_when_due(job_id, *, at: dt.datetime | None = None) -> Job | None:
+    """The finish message's work: finish the job, or, when the message came a hair
+    early (or the job is done already), look again when it is due."""
+    done = job_finish(job_id, at=at)
+    if done is None:
+        now = at or timezone.now()
+        job = Job.objects.filter(pk=job_id, status=Job.Status.RUNNING).only("finishes_at").first()
+        if job is not None and job.finishes_at and job.finishes_at > now:
+            send_finish(job_id, job.finishes_at)
+    return done
