@@ -20,8 +20,14 @@ from django.utils import timezone
 
 import simengine
 from catalog.models import Deployment, HardwarePool, ModelFamily, ModelVersion, Price, Tier
-from routing.batches import service as batches
 from routing.batches.files import file_create
+from routing.batches.service import (
+    ACTIVE,
+    batch_advance,
+    batch_create,
+    batch_finalize,
+    batch_validate,
+)
 from routing.models import Account, Batch, File, QuotaPackage
 from routing.quota import package_create
 from routing.router.route import TierOption
@@ -132,12 +138,12 @@ def batch_make(
     `validate=False`, also run the validation step as its task would."""
     at = at or timezone.now()
     f = file_upload(account, data)
-    b = batches.batch_create(
+    b = batch_create(
         account=account, input_file_id=f.id, completion_window=window, at=at, **options
     )
     if not validate:
         return b
-    return batches.batch_validate(b.pk, at=at) or Batch.objects.get(pk=b.pk)
+    return batch_validate(b.pk, at=at) or Batch.objects.get(pk=b.pk)
 
 
 def batch_run(
@@ -149,16 +155,16 @@ def batch_run(
     for _ in range(links):
         batch.refresh_from_db()
         if batch.status == Batch.Status.FINALIZING:
-            batches.batch_finalize(batch.pk, at=at)
+            batch_finalize(batch.pk, at=at)
             batch.refresh_from_db()
             return at
-        if batch.status not in batches.ACTIVE:
+        if batch.status not in ACTIVE:
             return at
         nxt = batch.next_advance_at or at
         if until is not None and nxt > until:
             return at
         at = max(at, nxt)
-        batches.batch_advance(batch.pk, at=at)
+        batch_advance(batch.pk, at=at)
     raise AssertionError("the batch did not end")
 
 
