@@ -1,5 +1,12 @@
+import sys
+
 import pytest
 from django.db import connection
+
+from catalog.loader import catalog_load
+from routing.core import dispatch
+from routing.quota import clear_scopes
+from routing.router.snapshot import clear_pool_loads, clear_snapshot
 
 pytest_plugins = ["tests.realparts"]
 
@@ -7,8 +14,6 @@ pytest_plugins = ["tests.realparts"]
 @pytest.fixture
 def builtin_catalog(db):
     """The built-in catalog, loaded from catalog/data/catalog.toml (idempotent)."""
-    from catalog.loader import catalog_load
-
     return catalog_load()
 
 
@@ -22,10 +27,37 @@ def on_postgres():
 def fresh_process_caches():
     """Each test starts with empty per-process caches (rows roll back between tests,
     ids do not)."""
-    from routing.quota import clear_scopes
-    from routing.router.snapshot import clear_pool_loads, clear_snapshot
-
     clear_snapshot()
     clear_pool_loads()
     clear_scopes()
     yield
+
+
+class Dispatched(list):
+    """The tasks services sent, in order, as `(task_name, args)` pairs."""
+
+    def of(self, task_name: str) -> list[tuple]:
+        """The argument tuples of every send of `task_name`."""
+        return [args for name, args in self if name == task_name]
+
+
+@pytest.fixture
+def dispatched(monkeypatch) -> Dispatched:
+    """Record every task sent through `routing.core.dispatch.send_now` (directly or
+    after commit) instead of sending it; each send reports success.
+
+    Services send tasks by name through that one function, so this is the only place
+    a test replaces dispatch. A module that imported the function itself
+    (`from routing.core.dispatch import send_now`) is patched too."""
+    sent = Dispatched()
+    original = dispatch.send_now
+
+    def record(task_name: str, *args, countdown: float = 0.0, retry: bool | None = None):
+        sent.append((task_name, args))
+        return True
+
+    monkeypatch.setattr(dispatch, "send_now", record)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("routing.") and getattr(module, "send_now", None) is original:
+            monkeypatch.setattr(module, "send_now", record)
+    return sent

@@ -1,5 +1,5 @@
 """Batches in process: files, validation, the plan, the run (each chain link called with
-an explicit time), cancel, expiry, quota, retirement. tests/routing/test_batches_e2e.py
+an explicit time), cancel, expiry, quota, retirement. tests/routing/batches/test_batches_e2e.py
 runs a 10,000-line batch through real workers."""
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from routing.accounts.accounts import account_create
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.create import batch_create
 from routing.batches.errors import BatchError
-from routing.batches.files import file_create
 from routing.batches.finish import batch_finalize
-from routing.batches.planning import ACTIVE
 from routing.batches.progress import batch_chart
 from routing.batches.reroute import batches_reroute
 from routing.batches.runner import batch_advance
@@ -30,53 +28,14 @@ from routing.batches.sweep import batches_sweep
 from routing.batches.validation import batch_validate
 from routing.models import Batch, BatchRequest, LedgerEntry, PoolLoad, QuotaReservation
 from routing.retirement import day as retirement
-from tests.helpers import ApiClient
+from tests.helpers import BATCH_BODY, ApiClient, jsonl
+from tests.helpers import batch_make as make
+from tests.helpers import batch_run as run
+from tests.helpers import file_upload as upload
 
 pytestmark = pytest.mark.django_db
 PROBLEM = "application/problem+json"
-SMALL = {"model": "sol", "input_tokens": 2000, "output_tokens": 1000}
-
-
-def jsonl(n: int, start: int = 0, **body) -> bytes:
-    return "\n".join(
-        json.dumps(
-            {"custom_id": f"r{i}", "method": "POST", "url": "/v1/jobs", "body": SMALL | body}
-        )
-        for i in range(start, start + n)
-    ).encode()
-
-
-def upload(account, data: bytes, name="in.jsonl"):
-    stream = io.BytesIO(data)
-    stream.name = name
-    return file_create(account=account, purpose="batch", upload=stream)
-
-
-def make(account, data: bytes, window="1h", at=None, **kw) -> Batch:
-    at = at or timezone.now()
-    f = upload(account, data)
-    b = batch_create(account=account, input_file_id=f.id, completion_window=window, at=at, **kw)
-    return batch_validate(b.pk, at=at) or Batch.objects.get(pk=b.pk)
-
-
-def run(
-    batch: Batch, at: dt.datetime, until: dt.datetime | None = None, links=10_000
-) -> dt.datetime:
-    """Drive the chain as the workers would, link by link at the times it asks for."""
-    for _ in range(links):
-        batch.refresh_from_db()
-        if batch.status == Batch.Status.FINALIZING:
-            batch_finalize(batch.pk, at=at)
-            batch.refresh_from_db()
-            return at
-        if batch.status not in ACTIVE:
-            return at
-        nxt = batch.next_advance_at or at
-        if until is not None and nxt > until:
-            return at
-        at = max(at, nxt)
-        batch_advance(batch.pk, at=at)
-    raise AssertionError("the batch did not end")
+SMALL = BATCH_BODY
 
 
 def busy(pool_slug: str, share: float) -> None:

@@ -1,5 +1,5 @@
 """Jobs through the API and the services, in process (the worker's steps are called
-directly with explicit times; tests/routing/test_jobs_e2e.py runs real workers)."""
+directly with explicit times; tests/routing/jobs/test_jobs_e2e.py runs real workers)."""
 
 import datetime as dt
 from decimal import Decimal
@@ -13,14 +13,10 @@ from routing.jobs import sweep as jobs_sweep_mod
 from routing.jobs import worker as jobs_worker
 from routing.models import Job, LedgerEntry, QuotaPackage, QuotaReservation
 from tests.helpers import GDPVAL, ApiClient
+from tests.helpers import job_submit as submit
 
 pytestmark = pytest.mark.django_db
 PROBLEM = "application/problem+json"
-
-
-def submit(api, key=None, **fields):
-    extra = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
-    return api.post_json("/api/v1/jobs", GDPVAL | {"deadline_seconds": 600} | fields, **extra)
 
 
 def later(job: Job, seconds=1) -> dt.datetime:
@@ -44,14 +40,10 @@ def test_a_job_is_accepted_with_its_prediction_and_reservation(api, account):
     assert quota.ledger_mismatches() == []
 
 
-def test_the_task_is_sent_only_after_commit(api, django_capture_on_commit_callbacks, monkeypatch):
-    sent = []
-    monkeypatch.setattr(
-        "routing.core.dispatch.send_now", lambda name, job_id, **kw: sent.append(job_id) or True
-    )
+def test_the_task_is_sent_only_after_commit(api, django_capture_on_commit_callbacks, dispatched):
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         body = submit(api).json()
-    assert len(callbacks) == 1 and sent == [body["id"]]
+    assert len(callbacks) == 1 and dispatched == [("routing.run_job", (body["id"],))]
 
 
 def test_run_then_finish_settles_once(api, account):
@@ -229,18 +221,15 @@ def test_a_full_pool_sends_the_next_jobs_to_another_tier(api):
     assert submit(api, deadline_seconds=86400).json()["tier"] == "flex"
 
 
-def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, monkeypatch, settings):
-    sent = []
-    monkeypatch.setattr(
-        "routing.core.dispatch.send_now", lambda name, job_id, **kw: sent.append(job_id) or True
-    )
+def test_the_sweeper_finishes_overdue_jobs_and_resends_stale_ones(api, dispatched, settings):
     stale_id = submit(api).json()["id"]
     running = jobs_worker.job_run(submit(api).json()["id"])
     settings.JOB_RESEND_AFTER_SECONDS = 30
     soon = running.created_at + dt.timedelta(seconds=5)
     assert jobs_sweep_mod.jobs_sweep(at=soon) == {"finished": 0, "resent": 0}
     report = jobs_sweep_mod.jobs_sweep(at=later(running, 60))
-    assert report == {"finished": 1, "resent": 1} and sent == [stale_id]
+    assert report == {"finished": 1, "resent": 1}
+    assert dispatched == [("routing.run_job", (stale_id,))]
     assert jobs_sweep_mod.jobs_sweep(at=later(running, 61)) == {"finished": 0, "resent": 0}
     assert Job.objects.get(pk=running.pk).status == "succeeded"
 

@@ -13,6 +13,7 @@ from routing.accounts.accounts import account_create
 from routing.batches.finish import batch_finalize
 from routing.batches.runner import batch_advance
 from routing.models import Batch
+from tests.helpers import jsonl_file
 
 pytestmark = pytest.mark.django_db
 
@@ -26,16 +27,6 @@ def media(settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
-def jsonl(tmp_path, n: int, body: dict, name: str = "in.jsonl", extra: list[str] = ()) -> str:
-    rows = [
-        json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/jobs", "body": body})
-        for i in range(n)
-    ]
-    path = tmp_path / name
-    path.write_text("\n".join([*rows, *extra]) + "\n")
-    return str(path)
-
-
 def run(*args) -> str:
     out = StringIO()
     call_command("batch", *args, stdout=out, stderr=StringIO())
@@ -43,7 +34,7 @@ def run(*args) -> str:
 
 
 def submit(tmp_path, n=20, body=SMALL, *args) -> tuple[Batch, str]:
-    text = run("submit", jsonl(tmp_path, n, body), "--account", "acme", *args)
+    text = run("submit", jsonl_file(tmp_path, n, body=body), "--account", "acme", *args)
     return Batch.objects.get(), text
 
 
@@ -89,14 +80,14 @@ def test_submit_json_is_the_api_shape(account, tmp_path):
 
 def test_submit_lists_the_lines_that_cannot_run(account, tmp_path):
     bad = json.dumps({"custom_id": "x", "body": {**SMALL, "model": "nope"}})
-    path = jsonl(tmp_path, 3, SMALL, extra=[bad])
+    path = jsonl_file(tmp_path, 3, body=SMALL, extra=[bad])
     text = run("submit", path, "--account", "acme")
     assert "1 request(s) cannot run" in text and "line 4: Unknown model 'nope'" in text
     assert Batch.objects.get().status == Batch.Status.IN_PROGRESS
 
 
 def test_a_broken_line_refuses_the_batch_naming_the_line(account, tmp_path):
-    path = jsonl(tmp_path, 2, SMALL, extra=["{not json"])
+    path = jsonl_file(tmp_path, 2, body=SMALL, extra=["{not json"])
     with pytest.raises(CommandError, match=r"line 3: invalid_json_line: Not valid JSON"):
         run("submit", path, "--account", "acme")
     assert Batch.objects.get().status == Batch.Status.FAILED
@@ -116,12 +107,12 @@ def test_an_impossible_window_is_refused_with_the_fastest_plan(account, tmp_path
 def test_a_batch_the_account_cannot_pay_for_is_refused(builtin_catalog, tmp_path):
     account_create(name="poor", default_credits=Decimal("0.01"))
     with pytest.raises(CommandError, match="insufficient_quota: The plan costs"):
-        run("submit", jsonl(tmp_path, 20, SMALL))
+        run("submit", jsonl_file(tmp_path, 20, body=SMALL))
     assert Batch.objects.get().status == Batch.Status.FAILED
 
 
 def test_bad_arguments_are_refused_before_the_upload(account, tmp_path):
-    path = jsonl(tmp_path, 2, SMALL)
+    path = jsonl_file(tmp_path, 2, body=SMALL)
     with pytest.raises(CommandError, match=r"completion_window .* \(--window\)"):
         run("submit", path, "--account", "acme", "--window", "soon")
     with pytest.raises(CommandError, match=r"--metadata takes KEY=VALUE"):
@@ -132,18 +123,18 @@ def test_bad_arguments_are_refused_before_the_upload(account, tmp_path):
 
 
 def test_the_account_defaults_to_the_only_one(account, tmp_path):
-    run("submit", jsonl(tmp_path, 2, SMALL))
+    run("submit", jsonl_file(tmp_path, 2, body=SMALL))
     assert Batch.objects.get().account == account
     account_create(name="zeta")
     with pytest.raises(CommandError, match=r"Several accounts.*Accounts: acme, zeta"):
-        run("submit", jsonl(tmp_path, 2, SMALL))
+        run("submit", jsonl_file(tmp_path, 2, body=SMALL))
     with pytest.raises(CommandError, match="No account named 'nobody'"):
-        run("submit", jsonl(tmp_path, 2, SMALL), "--account", "nobody")
+        run("submit", jsonl_file(tmp_path, 2, body=SMALL), "--account", "nobody")
 
 
 def test_watch_once_on_a_finished_batch_shows_100_percent_and_the_files(account, tmp_path):
     bad = json.dumps({"custom_id": "x", "body": {**SMALL, "model": "nope"}})
-    run("submit", jsonl(tmp_path, 30, SMALL, extra=[bad]), "--account", "acme")
+    run("submit", jsonl_file(tmp_path, 30, body=SMALL, extra=[bad]), "--account", "acme")
     batch = drive(Batch.objects.get())
     assert batch.status == Batch.Status.COMPLETED
     text = run("watch", str(batch.pk), "--once")

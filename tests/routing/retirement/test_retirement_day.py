@@ -10,7 +10,7 @@ from routing import quota
 from routing.jobs import worker as jobs_worker
 from routing.models import Job, QuotaReservation
 from routing.retirement import reroute as retirement
-from tests.helpers import GDPVAL
+from tests.helpers import job_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,7 @@ def luna():
 
 
 def submit_luna(api):
-    r = api.post_json("/api/v1/jobs", GDPVAL | {"model": "gpt-5.6-luna", "deadline_seconds": 3600})
+    r = job_submit(api, model="gpt-5.6-luna", deadline_seconds=3600)
     assert r.status_code == 202, r.json()
     return r.json()["id"]
 

@@ -104,11 +104,11 @@ def test_the_impact_lists_batches_with_lines_still_to_run_on_the_model(
     from routing.accounts.accounts import account_create
     from routing.batches.create import batch_create
     from routing.batches.validation import batch_validate
-    from tests.routing.test_batches import jsonl, upload
+    from tests.helpers import file_upload, jsonl
 
     account, _ = account_create(name="nightly-ops", default_credits=Decimal(100))
     at = timezone.now()
-    f = upload(account, jsonl(40, model="gpt-5.6-luna"))
+    f = file_upload(account, jsonl(40, model="gpt-5.6-luna"))
     b = batch_create(
         account=account,
         input_file_id=f.id,

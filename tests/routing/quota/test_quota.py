@@ -7,9 +7,21 @@ from django.db import IntegrityError, transaction
 from catalog.models import ModelFamily, ModelVersion, Tier
 from routing import quota
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
+from tests.helpers import make_account, make_model, make_package
 
 pytestmark = pytest.mark.django_db
 UTC = dt.UTC
+
+
+@pytest.fixture
+def account(db):
+    """Quota rules do not depend on the catalog: an account with the main package every
+    new account gets (100 credits, monthly), built by the factories (no catalog.toml).
+    Overrides tests/routing/conftest.py's fixture; tests on catalog models ask for
+    builtin_catalog too."""
+    account = make_account()
+    make_package(account, limit="100")
+    return account
 
 
 def sol():
@@ -99,11 +111,12 @@ def test_main_packages_pay_in_order_before_the_spare_tank(account):
     spare = quota.package_create(
         account=account, name="spark tank", limit="50", independent=True, order=1
     )
-    r = reserve_for(account, sol(), "standard", "60", "a")
+    model = make_model()
+    r = reserve_for(account, model, "standard", "60", "a")
     assert r.package_id == main.pk  # main first, although the spare tank has order 1
-    r = reserve_for(account, sol(), "standard", "45", "b")  # main has 40 left: the next
+    r = reserve_for(account, model, "standard", "45", "b")  # main has 40 left: the next
     assert r.package_id == spare.pk  # neither main package can pay 45: the spare tank
-    r = reserve_for(account, sol(), "standard", "4", "c")
+    r = reserve_for(account, model, "standard", "4", "c")
     assert r.package_id == main.pk
     second.refresh_from_db(), spare.refresh_from_db()
     assert second.reserved == 0 and spare.reserved == 45
@@ -111,7 +124,7 @@ def test_main_packages_pay_in_order_before_the_spare_tank(account):
 
 def test_a_spare_tank_never_touches_main_quota(account):
     main = account.packages.get()
-    spark = ModelVersion.objects.get(slug="gpt-5.3-codex-spark")
+    spark = make_model("spark-like", family="spark-like")
     tank = quota.package_create(
         account=account,
         name="Spark tank",
@@ -124,10 +137,10 @@ def test_a_spare_tank_never_touches_main_quota(account):
     r = reserve_for(account, spark, "standard", "5", "spark-1")
     assert r.package_id == tank.pk
     with pytest.raises(quota.QuotaExhausted):
-        reserve_for(account, sol(), "standard", "5", "sol-1")  # the tank is Spark's only
+        reserve_for(account, make_model(), "standard", "5", "sol-1")  # the tank is Spark's only
 
 
-def test_scope_by_family_and_tiers_and_validity(account):
+def test_scope_by_family_and_tiers_and_validity(account, builtin_catalog):
     account.packages.all().delete()
     sol_family = ModelFamily.objects.get(slug="sol")
     now = dt.datetime(2026, 12, 2, 12, tzinfo=UTC)

@@ -11,19 +11,13 @@ from decimal import Decimal
 
 import pytest
 
+from tests.helpers import jsonl
 from tests.realparts import run_manage
 from tests.stack import Stack
 
 pytestmark = pytest.mark.realparts
 
 BODY = {"model": "sol", "input_tokens": 2000, "output_tokens": 1000}
-
-
-def jsonl(n: int) -> bytes:
-    return "\n".join(
-        json.dumps({"custom_id": f"req-{i}", "method": "POST", "url": "/v1/jobs", "body": BODY})
-        for i in range(n)
-    ).encode()
 
 
 def busy_stack(pg, redis, scale: float, busy: float) -> Stack:
@@ -81,7 +75,7 @@ def check_output(stack: Stack, body: dict, n: int) -> None:
 def test_ten_thousand_requests_run_by_real_workers_inside_their_window(stack):
     stack.start_worker()
     stack.start_beat()
-    code, f = stack.upload(jsonl(10_000))
+    code, f = stack.upload(jsonl(10_000, prefix="req-", body=BODY))
     assert code == 201 and f["lines"] == 10_000, f
     code, created = stack.call(
         "POST", "/api/v1/batches", {"input_file_id": f["id"], "completion_window": "8h"}
@@ -111,7 +105,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_charges_once(slow_stack):
     stack = slow_stack
     worker = stack.start_worker()
     stack.start_beat()
-    _, f = stack.upload(jsonl(2000))  # ~8 waves
+    _, f = stack.upload(jsonl(2000, prefix="req-", body=BODY))  # ~8 waves
     _, created = stack.call(
         "POST", "/api/v1/batches", {"input_file_id": f["id"], "completion_window": "8h"}
     )

@@ -24,6 +24,7 @@ from routing.batches.runner import batch_advance
 from routing.batches.schedules import SCHEDULE_TASK, batch_from_schedule, schedule_delete
 from routing.batches.validation import batch_validate
 from routing.models import Account, Batch, BatchSchedule, File
+from tests.helpers import batch_make, file_upload, jsonl
 
 pytestmark = pytest.mark.django_db
 
@@ -33,27 +34,12 @@ def media(settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
-def _jsonl(n: int, *, bad: int = 0, **body) -> bytes:
-    b = {"model": "sol", "input_tokens": 2000, "output_tokens": 1000} | body
-    lines = [
-        {"custom_id": f"r{i}", "method": "POST", "url": "/v1/jobs", "body": b} for i in range(n)
-    ]
-    lines += [
-        {"custom_id": f"bad{i}", "method": "POST", "url": "/v1/jobs", "body": b | {"model": "nope"}}
-        for i in range(bad)
-    ]
-    return "\n".join(json.dumps(x) for x in lines).encode()
-
-
 def _upload(account, n: int = 30, *, bad: int = 0, name: str = "in.jsonl") -> File:
-    up = io.BytesIO(_jsonl(n, bad=bad))
-    up.name = name
-    return file_create(account=account, purpose="batch", upload=up)
+    return file_upload(account, jsonl(n, bad=bad), name=name)
 
 
 def _batch(account, t0, n: int = 30, *, bad: int = 0, window: str = "1h", **kw) -> Batch:
-    f = _upload(account, n, bad=bad)
-    return batch_create(account=account, input_file_id=f.id, completion_window=window, at=t0, **kw)
+    return batch_make(account, jsonl(n, bad=bad), window=window, at=t0, validate=False, **kw)
 
 
 def _started(account, t0, n: int = 30, **kw) -> Batch:
@@ -145,7 +131,7 @@ def test_a_batch_that_ran_shows_in_the_list_and_on_its_page(admin_client, accoun
 
 def test_a_refused_batch_page_lists_its_errors_by_line(admin_client, account):
     t0 = timezone.now()
-    up = io.BytesIO(_jsonl(2) + b"\n{not json}\n" + _jsonl(1).replace(b"r0", b"r1"))
+    up = io.BytesIO(jsonl(2) + b"\n{not json}\n" + jsonl(1).replace(b"r0", b"r1"))
     up.name = "broken.jsonl"
     f = file_create(account=account, purpose="batch", upload=up)
     batch = batch_create(account=account, input_file_id=f.id, at=t0)

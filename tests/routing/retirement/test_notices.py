@@ -14,7 +14,7 @@ from routing import quota
 from routing.accounts.accounts import account_create
 from routing.models import Account, Notice, QuotaPackage
 from routing.retirement import notices
-from tests.helpers import GDPVAL, ApiClient
+from tests.helpers import GDPVAL, ApiClient, job_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -36,9 +36,7 @@ def schedule_luna(days=200):
 def luna_user(builtin_catalog):
     """An account that ran a Luna job, and one holding a Luna package, and a bystander."""
     user, user_key = account_create(name="luna-user")
-    ApiClient(user_key).post_json(
-        "/api/v1/jobs", GDPVAL | {"model": "gpt-5.6-luna", "deadline_seconds": 3600}
-    )
+    job_submit(ApiClient(user_key), model="gpt-5.6-luna", deadline_seconds=3600)
     holder, holder_key = account_create(name="pack-holder")
     quota.package_create(
         account=holder,
@@ -132,10 +130,8 @@ def webhook():
     server.shutdown()
 
 
-def test_a_webhook_gets_the_notice(luna_user, webhook, monkeypatch):
+def test_a_webhook_gets_the_notice(luna_user, webhook, dispatched):
     Account.objects.filter(name="pack-holder").update(webhook_url=webhook)
-    sent = []
-    monkeypatch.setattr(notices, "send_delivery", lambda nid: sent.append(nid))
     schedule_luna()
     notices.notices_announce(model=m("gpt-5.6-luna"))
     notice = Notice.objects.get(account__name="pack-holder")
@@ -164,21 +160,20 @@ def test_a_failing_webhook_is_retried_then_marked_failed(luna_user, webhook):
     assert deliver_notice.max_retries == notices.WEBHOOK_MAX_ATTEMPTS - 1
 
 
-def test_admin_shows_delivery_state_and_sends_again(admin_client, luna_user, webhook, monkeypatch):
+def test_admin_shows_delivery_state_and_sends_again(admin_client, luna_user, webhook, dispatched):
     Account.objects.filter(name="pack-holder").update(webhook_url=webhook)
     schedule_luna()
     notices.notices_announce(model=m("gpt-5.6-luna"))
     Notice.objects.filter(account__name="pack-holder").update(delivery="failed", attempts=6)
     html = admin_client.get("/admin/routing/notice/?delivery=failed").content.decode()
     assert "pack-holder" in html
-    sent = []
-    monkeypatch.setattr(notices, "send_delivery", lambda nid: sent.append(nid))
     notice = Notice.objects.get(account__name="pack-holder")
     admin_client.post(
         "/admin/routing/notice/", {"action": "retry_delivery", "_selected_action": [notice.pk]}
     )
     notice.refresh_from_db()
-    assert notice.delivery == "pending" and sent == [notice.pk]
+    assert notice.delivery == "pending"
+    assert dispatched.of("routing.deliver_notice") == [(str(notice.pk),)]
 
 
 def test_retire_now_tells_the_affected_accounts(luna_user, django_capture_on_commit_callbacks):

@@ -2,10 +2,20 @@ import pytest
 
 from routing.accounts.keys import api_key_create, api_key_revoke, hash_key
 from routing.models import ApiKey
-from tests.helpers import GDPVAL, ApiClient
+from tests.helpers import GDPVAL, ApiClient, make_account, make_package
 
 pytestmark = pytest.mark.django_db
 PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+def account_with_key(db):
+    """Keys do not depend on the catalog: a new account's key and main package, built by
+    the factories (no catalog.toml). Overrides tests/routing/conftest.py's fixture."""
+    account = make_account()
+    make_package(account, limit="100")
+    _, raw = api_key_create(account=account)
+    return account, raw
 
 
 def test_keys_are_stored_hashed_and_shown_once(account_with_key):
