@@ -28,9 +28,14 @@ run: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## make lint: ruff, the import contracts in pyproject.toml ([tool.importlinter], drawn in
+## docs/architecture.md) and no import cycle inside routing, catalog or simengine.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@# both checks run, so one pass shows every broken contract and every cycle
+	$(VENV)/bin/lint-imports --no-cache --no-logo; status=$$?; \
+	$(PY) .ci/import_cycles.py && exit $$status
 
 format: install
 	$(VENV)/bin/ruff format .

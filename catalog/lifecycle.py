@@ -1,16 +1,9 @@
-"""Lifecycle rules for model versions: one place for status, successors and changes.
+"""Lifecycle rules for model versions: one place for successors and lifecycle changes.
 
-Status at an instant is derived from the dates (UTC calendar days):
-
-- `upcoming`   before `released_on`
-- `retired`    from 00:00 UTC on `retires_on`
-- `deprecated` a retirement is scheduled and announced, the model still serves
-- `preview`    released, not yet generally available (a preview kind without a GA date
-               stays a preview)
-- `active`     everything else
-
-`model_status` (one object) and `status_q` (a queryset filter) implement the same rule;
-a test checks they agree for every model on every boundary day.
+The status rule itself (`model_status`, `status_q`, the status names, `utc_today`) lives
+in `catalog.status`, the lowest catalog module, so that `catalog.models` can use it
+without importing this module; every name of it is re-exported here, so callers keep
+importing them from `catalog.lifecycle`.
 """
 
 from __future__ import annotations
@@ -23,16 +16,22 @@ from email.utils import format_datetime
 from django.db import transaction
 from django.db.models import Q
 from django.dispatch import Signal
-from django.utils import timezone
 
 from catalog.models import LifecycleChange, ModelVersion, NoticePolicy, Tier
-
-UPCOMING = "upcoming"
-PREVIEW = "preview"
-ACTIVE = "active"
-DEPRECATED = "deprecated"
-RETIRED = "retired"
-STATUSES = (UPCOMING, PREVIEW, ACTIVE, DEPRECATED, RETIRED)
+from catalog.status import (  # noqa: F401 - the status rule, re-exported for callers
+    ACTIVE,
+    DEPRECATED,
+    PREVIEW,
+    RETIRED,
+    STATUSES,
+    UPCOMING,
+    LifecycleError,
+    day_start,
+    is_serving,
+    model_status,
+    status_q,
+    utc_today,
+)
 
 LIFECYCLE_FIELDS = (
     "released_on",
@@ -52,66 +51,9 @@ model_retired = Signal()  # kwargs: model
 retirement_announced = Signal()  # kwargs: model
 
 
-class LifecycleError(ValueError):
-    """A lifecycle change that cannot be: the message says why, for a person."""
-
-
-def utc_today(at: dt.datetime | None = None) -> dt.date:
-    at = at or timezone.now()
-    return at.astimezone(dt.UTC).date()
-
-
-def day_start(day: dt.date) -> dt.datetime:
-    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
-
-
-def model_status(model: ModelVersion, at: dt.datetime | None = None) -> str:
-    today = utc_today(at)
-    if today < model.released_on:
-        return UPCOMING
-    if model.retires_on is not None and today >= model.retires_on:
-        return RETIRED
-    if model.retires_on is not None and (
-        model.retirement_announced_on is None or model.retirement_announced_on <= today
-    ):
-        return DEPRECATED
-    ga = model.generally_available_on
-    if (ga is not None and today < ga) or (ga is None and model.kind == ModelVersion.Kind.PREVIEW):
-        return PREVIEW
-    return ACTIVE
-
-
-def status_q(status: str, at: dt.datetime | None = None) -> Q:
-    """The queryset filter selecting models whose `model_status` is `status`."""
-    today = utc_today(at)
-    released = Q(released_on__lte=today)
-    retired = Q(retires_on__lte=today)
-    deprecated = Q(retires_on__gt=today) & (
-        Q(retirement_announced_on__isnull=True) | Q(retirement_announced_on__lte=today)
-    )
-    preview = Q(generally_available_on__gt=today) | Q(
-        generally_available_on__isnull=True, kind=ModelVersion.Kind.PREVIEW
-    )
-    if status == UPCOMING:
-        return ~released
-    if status == RETIRED:
-        return released & retired
-    if status == DEPRECATED:
-        return released & deprecated
-    if status == PREVIEW:
-        return released & ~retired & ~deprecated & preview
-    if status == ACTIVE:
-        return released & ~retired & ~deprecated & ~preview
-    raise LifecycleError(f"Unknown status {status!r}; expected one of {', '.join(STATUSES)}.")
-
-
 def retiring_within_q(days: int, at: dt.datetime | None = None) -> Q:
     today = utc_today(at)
     return Q(retires_on__gt=today, retires_on__lte=today + dt.timedelta(days=days))
-
-
-def is_serving(model: ModelVersion, at: dt.datetime | None = None) -> bool:
-    return model_status(model, at) in (PREVIEW, ACTIVE, DEPRECATED)
 
 
 @dataclass(frozen=True)

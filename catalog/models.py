@@ -2,7 +2,7 @@
 deployments and prices.
 
 A version's status is never stored: it is derived from its dates by
-`catalog.lifecycle.model_status` (and `status_q` for queries), so it cannot drift.
+`catalog.status.model_status` (and `status_q` for queries), so it cannot drift.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+
+from catalog.status import PREVIEW_KIND, model_status
 
 # Model slugs carry version numbers with dots (`gpt-5.6-sol`), which SlugField refuses.
 model_slug_validator = RegexValidator(
@@ -81,7 +83,7 @@ class ModelVersion(models.Model):
     class Kind(models.TextChoices):
         GENERAL = "general", "General model"
         VARIANT = "variant", "Specialised variant (codex and similar)"
-        PREVIEW = "preview", "Preview"
+        PREVIEW = PREVIEW_KIND, "Preview"
 
     slug = models.CharField(max_length=80, unique=True, validators=[model_slug_validator])
     name = models.CharField(max_length=120)
@@ -165,8 +167,6 @@ class ModelVersion(models.Model):
 
     @property
     def status(self) -> str:
-        from catalog.lifecycle import model_status
-
         return model_status(self)
 
 

@@ -17,7 +17,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ from .params import (
 )
 from .perf import Deployment, TaskProfile, decode_step_seconds, predict, token_speed
 from .placement import placement
+from .report import calibration_table
+from .results import CalibrationResult, CalibrationRow, ParameterRow
 
 FIT_VERSION = "2026.08.1"
 # Context at which headline tokens/s figures are quoted (a short prompt).
@@ -231,72 +233,6 @@ def default_targets() -> list[Target]:
     ]  # fmt: skip
 
 
-# ----------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class CalibrationRow:
-    """One line of the calibration table."""
-
-    name: str
-    group: str
-    published: str
-    target_low: float
-    target_high: float
-    model_value: float
-    residual: float
-    tolerance: float
-    passed: bool
-    fitted: bool
-
-
-@dataclass(frozen=True)
-class ParameterRow:
-    """A fitted parameter: prior, fitted value, and how much the data determined it."""
-
-    name: str
-    value: float
-    prior: float
-    prior_sd: float
-    transform: str
-    data_share: float
-    why: str
-
-
-@dataclass(frozen=True)
-class CalibrationResult:
-    """Outcome of :func:`calibrate`: the parameters and the residual table."""
-
-    params: EngineParams
-    rows: tuple[CalibrationRow, ...]
-    parameters: tuple[ParameterRow, ...]
-    fitted: bool
-    iterations: int
-    cost: float
-
-    @property
-    def passed(self) -> bool:
-        """All targets and checks within tolerance."""
-        return all(r.passed for r in self.rows)
-
-    @property
-    def failures(self) -> list[CalibrationRow]:
-        """Rows outside tolerance."""
-        return [r for r in self.rows if not r.passed]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict."""
-        return {
-            "params": self.params.to_dict(),
-            "rows": [asdict(r) for r in self.rows],
-            "parameters": [asdict(p) for p in self.parameters],
-            "fitted": self.fitted,
-            "iterations": self.iterations,
-            "cost": self.cost,
-            "passed": self.passed,
-        }
-
-
 # --------------------------------------------------------------------------------- fit
 
 
@@ -469,8 +405,6 @@ SPARK_SLUG = "gpt-5.3-codex-spark"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: refit from a catalog file, print the table, optionally write params.json."""
-    from .report import calibration_table
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--catalog", default="catalog/data/catalog.toml")
     ap.add_argument("--write", action="store_true", help=f"store the fit in {PARAMS_FILE}")

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .calibration import CalibrationResult
 from .perf import Prediction
+from .results import CalibrationResult
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
