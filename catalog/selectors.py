@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 
 from catalog.lifecycle import STATUSES, LifecycleError, retiring_within_q, status_q
 from catalog.models import ModelVersion
+from catalog.serializers import deployments_prefetch
 
 
 class ModelNotFound(LookupError):
@@ -42,8 +43,6 @@ def model_list(
 
 
 def model_get(*, slug: str) -> ModelVersion:
-    from catalog.serializers import deployments_prefetch
-
     model = (
         ModelVersion.objects.select_related("family", "successor", "successor_tier")
         .prefetch_related(deployments_prefetch(), "prices", "benchmarks", "speeds__tier")

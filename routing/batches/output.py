@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from catalog.models import ModelVersion, Tier
 from routing.core.formats import iso
-from routing.jobs.output import synthetic_text
+from routing.core.synthetic import synthetic_text
 from routing.models import Batch, BatchRequest
 
 EXCERPT_WORDS = 48

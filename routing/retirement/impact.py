@@ -19,7 +19,7 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import model_spec, predict_on
 from catalog.models import Deployment, ModelVersion, Price, Tier
-from routing.models import Job, Notice, QuotaPackage
+from routing.models import Batch, BatchRequest, Job, Notice, QuotaPackage
 from routing.quota import tied_packages
 from routing.router.route import tokens_cost
 from routing.router.snapshot import pool_loads
@@ -79,8 +79,6 @@ class Impact:
 def _open_batches(model: ModelVersion) -> list[dict]:
     """Batches not yet ended with lines on the model that have not started: on the day
     these lines are planned again on the successor (routing.batches.reroute.batches_reroute)."""
-    from routing.models import Batch, BatchRequest
-
     rows = (
         BatchRequest.objects.filter(
             model=model,
@@ -110,6 +108,8 @@ def retirement_impact(
     tier: Tier | None = None,
     at: dt.datetime | None = None,
 ) -> Impact:
+    """What retiring `model` does: tied packages, open batches, notices, and the last
+    30 days of its jobs replayed on the successor (latency, cost, pool utilisation)."""
     at = at or timezone.now()
     if successor is None and model.successor_id:
         successor = lifecycle.resolve_successor(model, at).model
@@ -118,7 +118,21 @@ def retirement_impact(
     tier = tier or model.successor_tier or Tier.objects.filter(slug="standard").first()
     end = min(at, lifecycle.day_start(model.retires_on)) if model.retires_on else at
     impact = Impact(model, successor, tier, end - WINDOW, end)
+    _what_it_touches(impact)
+    target = _replay_target(impact)
     jobs = Job.objects.filter(model=model, created_at__gte=impact.window_start, created_at__lt=end)
+    demand = _replay(impact, jobs, target)
+    if target is not None:
+        impact.pool = target[0].pool.slug
+        impact.utilisation_before = pool_loads().get(target[0].pool_id, 0.0)
+        seconds = WINDOW.total_seconds()
+        impact.utilisation_after = impact.utilisation_before + demand / seconds
+    return impact
+
+
+def _what_it_touches(impact: Impact) -> None:
+    """Tied packages, wafers freed, open batches and notices by delivery state."""
+    model = impact.model
     impact.packages = list(
         tied_packages(model)
         .select_related("account", "migrate_tier")
@@ -134,18 +148,28 @@ def retirement_impact(
         .annotate(n=Count("id"))
         .order_by("delivery")
     }
+
+
+def _replay_target(impact: Impact) -> tuple[Deployment, Price | None] | None:
+    """The successor's deployment and price on the tier the work moves to (None, with a
+    note, when there is nothing to replay on)."""
+    successor, tier = impact.successor, impact.tier
     if successor is None:
         impact.notes.append("No successor: nothing to replay.")
+        return None
     target = (
         Deployment.objects.select_related("pool", "tier").filter(model=successor, tier=tier).first()
-        if successor
-        else None
     )
-    if successor and target is None:
+    if target is None:
         impact.notes.append(f"{successor.slug} has no {tier.slug} tier: nothing to replay.")
-    price = Price.objects.filter(model=successor, tier=tier).first() if target else None
+        return None
+    return target, Price.objects.filter(model=successor, tier=tier).first()
 
-    # Replay by (account, shape): the engine prices and times each distinct shape once.
+
+def _replay(impact: Impact, jobs, target: tuple[Deployment, Price | None] | None) -> float:
+    """Replay the jobs by (account, shape) on the target (the engine times each distinct
+    shape once); fills `impact.accounts` and returns the stream-seconds the replayed
+    traffic needs on the successor's pool."""
     shapes = (
         jobs.values("account__name", "input_tokens", "output_tokens", "turns", "tool_seconds")
         .annotate(n=Count("id"), cost=Sum("cost"), before=Sum("predicted_cost"))
@@ -162,7 +186,7 @@ def retirement_impact(
         }
     )
     served_time = _served_times(jobs)
-    demand = 0.0  # stream-seconds the replayed traffic needs on the successor's pool
+    demand = 0.0
     for row in shapes:
         acc = per_account[row["account__name"]]
         n = row["n"]
@@ -177,20 +201,23 @@ def retirement_impact(
             row["tool_seconds"],
         )
         acc["t_before"] += served_time.get(key, 0.0)
-        if target is None or price is None:
+        if target is None or target[1] is None:
             continue
+        deployment, price = target
         try:
             pred = predict_on(
-                successor,
-                target.pool,
-                tier.slug,
+                impact.successor,
+                deployment.pool,
+                impact.tier.slug,
                 input_tokens=row["input_tokens"],
                 output_tokens=row["output_tokens"],
                 turns=row["turns"],
                 tool_seconds=row["tool_seconds"],
             )
         except simengine.SimEngineError as exc:
-            impact.notes.append(f"{row['account__name']}: cannot run on {successor.slug}: {exc}")
+            impact.notes.append(
+                f"{row['account__name']}: cannot run on {impact.successor.slug}: {exc}"
+            )
             continue
         acc["t_after"] += n * pred.total_seconds
         acc["c_after"] += n * tokens_cost(
@@ -212,12 +239,7 @@ def retirement_impact(
                 cost_after=acc["c_after"].quantize(Decimal("0.01")),
             )
         )
-    if target is not None:
-        impact.pool = target.pool.slug
-        impact.utilisation_before = pool_loads().get(target.pool_id, 0.0)
-        seconds = WINDOW.total_seconds()
-        impact.utilisation_after = impact.utilisation_before + demand / seconds
-    return impact
+    return demand
 
 
 def _served_times(jobs) -> dict[tuple, float]:

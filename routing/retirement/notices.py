@@ -21,6 +21,7 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.core import dispatch
+from routing.core.formats import iso
 from routing.models import Account, Job, Notice
 from routing.quota import tied_packages
 
@@ -128,7 +129,7 @@ def notice_json(notice: Notice) -> dict:
     return {
         "id": str(notice.pk),
         **notice.body,
-        "created_at": notice.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso(notice.created_at),
         "delivery": notice.delivery,
     }
 

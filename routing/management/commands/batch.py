@@ -25,6 +25,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 
+from routing.api.shapes import batch_json
 from routing.batches.cancel import batch_cancel
 from routing.batches.create import batch_create
 from routing.batches.errors import BatchError
@@ -132,8 +133,6 @@ class Command(BaseCommand):
         batch = Batch.objects.select_related("input_file").get(pk=batch.pk)
 
         if o["json"]:
-            from routing.api.shapes import batch_json
-
             self.stdout.write(json.dumps(batch_json(batch), indent=2))
         else:
             self.stdout.write(
