@@ -5,9 +5,7 @@ the successor's pool has room (utilisation before and after, wafers freed)."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import io
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -19,6 +17,7 @@ import simengine
 from catalog import lifecycle
 from catalog.engine import model_spec, predict_on
 from catalog.models import Deployment, ModelVersion, Price, Tier
+from routing.core.charts import png_figure
 from routing.models import Batch, BatchRequest, Job, Notice, QuotaPackage
 from routing.quota import tied_packages
 from routing.router.route import tokens_cost
@@ -282,45 +281,38 @@ def _wafers_freed(model: ModelVersion) -> int:
 
 def impact_chart(impact: Impact) -> str:
     """A PNG (as a data: URI) of latency and cost per account, before and after."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = impact.accounts[:20]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 1.4 + 0.35 * max(1, len(rows))), sharey=True)
     ys = list(range(len(rows)))[::-1]
     names = [r.account for r in rows]
     h = 0.38
     succ = impact.successor.slug if impact.successor else "successor"
-    for ax, before, after, title in (
-        (
-            ax1,
-            [r.latency_before for r in rows],
-            [r.latency_after for r in rows],
-            "Mean job time (s)",
-        ),
-        (
-            ax2,
-            [float(r.cost_before) for r in rows],
-            [float(r.cost_after) for r in rows],
-            "Credits, 30 days",
-        ),
-    ):
-        ax.barh([y + h / 2 for y in ys], before, h, label=impact.model.slug, color="#9aa5b1")
-        ax.barh(
-            [y - h / 2 for y in ys],
-            after,
-            h,
-            label=f"{succ} ({impact.tier.slug if impact.tier else ''})",
-            color="#d8843b",
-        )
-        ax.set_title(title, fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-    ax1.set_yticks(ys, names, fontsize=8)
-    ax1.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    out: list[str] = []
+    size = (12, 1.4 + 0.35 * max(1, len(rows)))
+    with png_figure(out, ncols=2, figsize=size, sharey=True) as (_fig, (ax1, ax2)):
+        for ax, before, after, title in (
+            (
+                ax1,
+                [r.latency_before for r in rows],
+                [r.latency_after for r in rows],
+                "Mean job time (s)",
+            ),
+            (
+                ax2,
+                [float(r.cost_before) for r in rows],
+                [float(r.cost_after) for r in rows],
+                "Credits, 30 days",
+            ),
+        ):
+            ax.barh([y + h / 2 for y in ys], before, h, label=impact.model.slug, color="#9aa5b1")
+            ax.barh(
+                [y - h / 2 for y in ys],
+                after,
+                h,
+                label=f"{succ} ({impact.tier.slug if impact.tier else ''})",
+                color="#d8843b",
+            )
+            ax.set_title(title, fontsize=10)
+            ax.grid(axis="x", alpha=0.3)
+        ax1.set_yticks(ys, names, fontsize=8)
+        ax1.legend(fontsize=8, loc="lower right")
+    return out[0]

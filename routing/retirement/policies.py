@@ -65,7 +65,7 @@ def _apply_one(package_id: int, model: ModelVersion, successor, at: dt.datetime)
             package.model_versions.add(successor)
             detail = f"{model.slug} retired: kept, now also covers {successor.slug}"
         else:
-            remaining = package.limit - package.spent - package.reserved
+            remaining = package.remaining
             converted = credits(remaining * package.conversion)
             package.limit = package.spent + package.reserved + converted
             package.save(update_fields=["limit"])
