@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
+    MAX_PROMPT_CHARS,
     MAX_TASK_TOKENS,
     MAX_TOOL_SECONDS,
     MAX_TURNS,
@@ -202,7 +203,7 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
 class JobRequestSerializer(RouteRequestSerializer):
     """The quote's fields plus an optional prompt."""
 
-    prompt = serializers.CharField(required=False, allow_blank=True, max_length=1_000_000)
+    prompt = serializers.CharField(required=False, allow_blank=True, max_length=MAX_PROMPT_CHARS)
 
 
 class JobPredictedSerializer(TimingsSerializer):

@@ -1,9 +1,10 @@
 """Validating a batch: its file read line by line, the requests written (COPY on
 PostgreSQL), then the batch planned (and started when its start has come).
 
-A broken file (not UTF-8, a line that is not a JSON object, a missing or repeated
-`custom_id`, a wrong method or url, over 50,000 requests) fails the whole batch with each
-problem's line number. A well-formed line whose body cannot run (unknown or retired
+A broken file (not UTF-8, a line that is not a JSON object, JSON nested deeper than
+MAX_JSON_DEPTH, a NaN or Infinity, a string with a NUL or a lone surrogate, a missing or
+repeated `custom_id`, a wrong method or url, over 50,000 requests) fails the whole batch
+with each problem's line number. A well-formed line whose body cannot run (unknown or retired
 model, bad token counts, over the context window) is kept as a failed request and
 reported in the error file."""
 
@@ -15,7 +16,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from catalog.models import ModelVersion
@@ -23,8 +24,9 @@ from routing.batches.errors import error_entry
 from routing.batches.files import MAX_BATCH_REQUESTS, file_lines
 from routing.batches.finish import batch_fail
 from routing.batches.planning import batch_plan, batch_start, plan_json, plan_refusal
+from routing.core import jsonsafe
 from routing.core.clock import wall
-from routing.core.limits import MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
+from routing.core.limits import MAX_PROMPT_CHARS, MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
 from routing.models import Account, Batch, BatchRequest
 from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown, resolve_for_routing
 
@@ -93,11 +95,18 @@ def _task_shape(endpoint: str, body: dict) -> tuple[int, int, int, float]:
             content = m.get("content") if isinstance(m, dict) else None
             if isinstance(content, list):  # content parts
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            if content is not None and not isinstance(content, str):
+                raise ValueError("body.messages[].content must be a string or a list of parts.")
             chars += len(content or "")
+        if chars > MAX_PROMPT_CHARS:
+            raise ValueError(f"body.messages may hold at most {MAX_PROMPT_CHARS} characters.")
         inp = max(1, math.ceil(chars / CHARS_PER_TOKEN))
         out_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
         out = _int_field(body, out_name, 1, MAX_TASK_TOKENS, default=1024)
         return inp, out, 1, 0.0
+    prompt = body.get("prompt", "")
+    if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
+        raise ValueError(f"body.prompt must be a string of at most {MAX_PROMPT_CHARS} characters.")
     inp = _int_field(body, "input_tokens", 1, MAX_TASK_TOKENS)
     out = _int_field(body, "output_tokens", 1, MAX_TASK_TOKENS)
     turns = _int_field(body, "turns", 1, MAX_TURNS, default=1)
@@ -154,8 +163,11 @@ def _line_object(
     except UnicodeDecodeError:
         return None, error_entry("invalid_encoding", "The line is not UTF-8.", number)
     try:
-        obj = json.loads(text)
-    except ValueError as exc:
+        obj = jsonsafe.loads(text)
+    except jsonsafe.UnsafeJSON as exc:
+        code = "invalid_custom_id" if exc.path == "custom_id" else "invalid_json_line"
+        return None, error_entry(code, exc.message, number, exc.path)
+    except json.JSONDecodeError as exc:
         message = f"Not valid JSON: {exc.msg} at column {exc.colno}."
         return None, error_entry("invalid_json_line", message, number)
     if not isinstance(obj, dict):
@@ -312,3 +324,25 @@ def batch_validate(batch_id, *, at: dt.datetime | None = None) -> Batch | None:
     if locked.start_at <= start_now:
         return batch_start(locked.pk, at=start_now) or Batch.objects.get(pk=locked.pk)
     return locked
+
+
+# The database went away or refused a connection: worth another try at the next sweep.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)
+
+
+def batch_validation_crashed(batch_id, exc: BaseException, *, at: dt.datetime) -> Batch | None:
+    """Fail a batch whose validation raised `exc` (a bug or an input no check caught)
+    rather than leave it `validating` to crash every sweep; None if it is no longer
+    waiting for validation or the error is transient (the next sweep tries again)."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return None
+    with transaction.atomic():
+        locked = (
+            Batch.objects.select_for_update()
+            .filter(pk=batch_id, status=Batch.Status.VALIDATING, validated_at__isnull=True)
+            .first()
+        )
+        if locked is None:
+            return None
+        message = f"The input file could not be validated ({type(exc).__name__})."
+        return batch_fail(batch=locked, errors=[error_entry("validation_error", message)], at=at)

@@ -11,6 +11,12 @@ MAX_TURNS = 10_000
 MAX_TOOL_SECONDS = 7 * 86400
 MIN_DEADLINE_SECONDS = 0.001
 MAX_DEADLINE_SECONDS = 30 * 86400
+# A prompt (the jobs API's `prompt`, a batch line's `body.prompt` or its chat messages'
+# text), in characters.
+MAX_PROMPT_CHARS = 1_000_000
+# Nesting of a client's JSON (arrays and objects): deeper is refused before a recursive
+# parser sees it.
+MAX_JSON_DEPTH = 64
 
 # OpenAI's service_tier words are accepted as they are; `auto` lets the router choose.
 TIER_ALIASES: dict[str, str | None] = {"default": "standard", "fast": "priority", "auto": None}
