@@ -51,6 +51,10 @@ model_retired = Signal()  # kwargs: model
 retirement_announced = Signal()  # kwargs: model
 
 
+# `retiring_within_days` beyond a century is a typo (and past year 9999 a date overflow).
+MAX_RETIRING_WITHIN_DAYS = 36_525
+
+
 def retiring_within_q(days: int, at: dt.datetime | None = None) -> Q:
     today = utc_today(at)
     return Q(retires_on__gt=today, retires_on__lte=today + dt.timedelta(days=days))

@@ -7,7 +7,12 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
-from catalog.lifecycle import STATUSES, LifecycleError, deprecation_headers
+from catalog.lifecycle import (
+    MAX_RETIRING_WITHIN_DAYS,
+    STATUSES,
+    LifecycleError,
+    deprecation_headers,
+)
 from catalog.models import Tier
 from catalog.selectors import ModelNotFound, model_get, model_list
 from catalog.serializers import ModelDetailSerializer, ModelSummarySerializer, TierSerializer
@@ -32,7 +37,9 @@ def invalid_parameter(name: str, detail: str) -> Problem:
         OpenApiParameter("family", str, description="Family slug, e.g. `sol`."),
         OpenApiParameter("vendor", str, description="Vendor name (case-insensitive)."),
         OpenApiParameter(
-            "retiring_within_days", int, description="Only models retiring within N days."
+            "retiring_within_days",
+            int,
+            description=f"Only models retiring within N days (0 to {MAX_RETIRING_WITHIN_DAYS}).",
         ),
     ]
 )
@@ -52,11 +59,13 @@ class ModelListView(generics.ListAPIView):
         if days is not None:
             try:
                 days = int(days)
-                if days < 0:
+                if not 0 <= days <= MAX_RETIRING_WITHIN_DAYS:
                     raise ValueError
             except ValueError:
                 raise invalid_parameter(
-                    "retiring_within_days", "retiring_within_days must be a whole number >= 0."
+                    "retiring_within_days",
+                    "retiring_within_days must be a whole number from 0 to "
+                    f"{MAX_RETIRING_WITHIN_DAYS}.",
                 ) from None
         try:
             return model_list(

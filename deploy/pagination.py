@@ -1,8 +1,22 @@
+import datetime as dt
+
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.utils import timezone
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from deploy.problems import Problem
+
+
+def invalid_cursor() -> Problem:
+    return Problem(
+        status_code=400,
+        slug="invalid-cursor",
+        title="Invalid cursor",
+        detail="The cursor is not one this API gave out; start again without it.",
+        parameter="cursor",
+    )
 
 
 class ListCursorPagination(CursorPagination):
@@ -14,16 +28,38 @@ class ListCursorPagination(CursorPagination):
     ordering = "slug"
 
     def paginate_queryset(self, queryset, request, view=None):
+        # A cursor is base64 text a client can forge: one DRF cannot read is a NotFound;
+        # its position is checked against the ordering field before any query runs.
+        self._model = queryset.model
         try:
             return super().paginate_queryset(queryset, request, view)
-        except NotFound as exc:  # DRF says 404 for a cursor it cannot read: it is bad input
-            raise Problem(
-                status_code=400,
-                slug="invalid-cursor",
-                title="Invalid cursor",
-                detail="The cursor is not one this API gave out; start again without it.",
-                parameter="cursor",
-            ) from exc
+        except NotFound as exc:
+            raise invalid_cursor() from exc
+
+    def decode_cursor(self, request):
+        cursor = super().decode_cursor(request)
+        if cursor is None or cursor.position is None:
+            return cursor
+        return cursor._replace(position=self._checked_position(cursor.position))
+
+    def _checked_position(self, position: str) -> str:
+        """The position as the database will read it; a 400 if the ordering field refuses
+        it (PostgreSQL refuses NUL in text, dates out of range, bad time zones)."""
+        if "\x00" in position:
+            raise invalid_cursor()
+        try:
+            field = self._model._meta.get_field(self.ordering[0].lstrip("-"))
+        except FieldDoesNotExist:
+            return position
+        try:
+            value = field.to_python(position)
+            if isinstance(value, dt.datetime):
+                if timezone.is_naive(value):
+                    value = timezone.make_aware(value, dt.UTC)
+                return value.astimezone(dt.UTC).isoformat()
+        except (ValidationError, ValueError, OverflowError) as exc:
+            raise invalid_cursor() from exc
+        return position
 
     def get_paginated_response(self, data):
         return Response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -172,7 +173,17 @@ def handler500(request):
     )
 
 
-def handler400(request, exception=None):  # noqa: ARG001
+def handler400(request, exception=None):
+    if isinstance(exception, RequestDataTooBig):
+        return problem_response(
+            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            slug="request-too-large",
+            title="Request body too large",
+            detail=f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; "
+            "upload large inputs as a file (POST /api/v1/files).",
+            instance=request.path,
+            limit_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        )
     return problem_response(
         status_code=status.HTTP_400_BAD_REQUEST,
         slug="malformed-request",

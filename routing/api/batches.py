@@ -6,13 +6,13 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
+from routing.api.parsers import BoundedJSONParser
 from routing.api.serializers import BatchCreateSerializer, BatchSerializer
 from routing.api.shapes import batch_json
 from routing.batches.cancel import batch_cancel
@@ -37,7 +37,7 @@ class BatchListView(ClientAPIView, generics.GenericAPIView):
     """Create a batch from an uploaded file (POST; it is validated and planned, then runs
     from its start inside its completion window) or list the account's batches."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     pagination_class = NewestFirstPagination
 
     @extend_schema(

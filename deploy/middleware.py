@@ -1,0 +1,49 @@
+"""Refuse, before any view or query runs, API requests whose path, query or headers hold
+a NUL character: PostgreSQL refuses NUL in text, so it could only ever end in a 500. A
+NUL in the path names nothing (404); in the query or a header it is bad input (400).
+(JSON bodies: routing.api.parsers.)"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote_to_bytes
+
+from rest_framework import status
+
+from deploy.problems import problem_response
+
+
+def api_input_guard(get_response):
+    def middleware(request):
+        if request.path.startswith("/api/"):
+            if "\x00" in request.path:
+                return problem_response(
+                    status_code=status.HTTP_404_NOT_FOUND,
+                    slug="not-found",
+                    title="Not found",
+                    detail="Nothing at a path that holds a NUL character.",
+                    instance=request.path.replace("\x00", "\\u0000"),
+                )
+            query = request.META.get("QUERY_STRING", "")
+            if query and b"\x00" in unquote_to_bytes(query.replace("+", " ")):
+                return problem_response(
+                    status_code=status.HTTP_400_BAD_REQUEST,
+                    slug="invalid-characters",
+                    title="Invalid characters",
+                    detail="A query parameter holds a NUL character (%00).",
+                    instance=request.path,
+                )
+            if any(
+                "\x00" in value
+                for name, value in request.META.items()
+                if name.startswith("HTTP_") and isinstance(value, str)
+            ):
+                return problem_response(
+                    status_code=status.HTTP_400_BAD_REQUEST,
+                    slug="invalid-characters",
+                    title="Invalid characters",
+                    detail="A request header holds a NUL character.",
+                    instance=request.path,
+                )
+        return get_response(request)
+
+    return middleware
