@@ -34,8 +34,3 @@ def tier_word(value: str | None) -> str | None:
             f"Unknown tier {value!r}; use one of {', '.join(TIERS)} (or default, fast, auto)."
         )
     return value
-
-
-# JSON bodies (API requests and batch lines): nesting deeper than this is refused before
-# a recursive parser sees it.
-MAX_JSON_DEPTH = 64
