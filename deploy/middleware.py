@@ -1,7 +1,8 @@
 """Refuse, before any view or query runs, API requests whose path, query or headers hold
 a NUL character: PostgreSQL refuses NUL in text, so it could only ever end in a 500. A
 NUL in the path names nothing (404); in the query or a header it is bad input (400).
-(JSON bodies: routing.api.parsers.)"""
+(JSON bodies: routing.api.parsers.) And answer 503 for a plain view under /api/ whose
+database or broker is away (ServiceUnavailableMiddleware)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from urllib.parse import unquote_to_bytes
 
 from rest_framework import status
 
-from deploy.problems import problem_response
+from deploy.problems import UNAVAILABLE_ERRORS, problem_response, unavailable_response
 
 
 def api_input_guard(get_response):
@@ -47,3 +48,20 @@ def api_input_guard(get_response):
         return get_response(request)
 
     return middleware
+
+
+class ServiceUnavailableMiddleware:
+    """A plain (non-DRF) view under /api/ whose database or broker is away answers the
+    same 503 problem as the DRF views (deploy.problems.UNAVAILABLE_ERRORS), even with
+    DEBUG on; DRF views answer it from their exception handler."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if request.path.startswith("/api/") and isinstance(exception, UNAVAILABLE_ERRORS):
+            return unavailable_response(exception, request.path)
+        return None

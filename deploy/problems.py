@@ -7,14 +7,21 @@ client never sees an HTML error page or a bare `{"detail": ...}`.
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, JsonResponse
+from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
+from rest_framework.views import exception_handler, set_rollback
+
+logger = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 
@@ -89,13 +96,62 @@ def _flatten_validation(detail: Any, prefix: str = "") -> list[dict[str, str]]:
     return errors
 
 
+# The database or the broker is away (or refused for a moment: a lost connection, a
+# lock or statement timeout): not the client's fault nor a bug, so 503 and a hint when
+# to try again, never a 500. The one list, used by the DRF handler, the middleware for
+# plain views under /api/ (deploy.middleware) and the 500 handler.
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    DatabaseOperationalError,
+    DatabaseInterfaceError,
+    BrokerOperationalError,  # kombu's "cannot reach the broker"
+    ConnectionError,  # a socket refused or reset on the way to either
+)
+RETRY_AFTER_SECONDS = 5
+
+
+def unavailable_problem(exc: BaseException, path: str | None) -> tuple[dict[str, Any], dict]:
+    """The 503 body and headers for a dependency that is away (logged here, once; the
+    error's own text, which may name hosts or users, stays in the log)."""
+    logger.error("service unavailable at %s: %s", path, exc, exc_info=exc)
+    body = problem_body(
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        slug="service-unavailable",
+        title="Service unavailable",
+        detail="A service this API depends on is unreachable for the moment; "
+        f"retry in {RETRY_AFTER_SECONDS} seconds.",
+        instance=path,
+        retry_after_seconds=RETRY_AFTER_SECONDS,
+    )
+    return body, {"Retry-After": str(RETRY_AFTER_SECONDS)}
+
+
+def unavailable_response(exc: BaseException, path: str | None) -> JsonResponse:
+    """`unavailable_problem` as a plain Django response (middleware, 500 handler)."""
+    body, headers = unavailable_problem(exc, path)
+    response = JsonResponse(
+        body, status=status.HTTP_503_SERVICE_UNAVAILABLE, content_type=PROBLEM_CONTENT_TYPE
+    )
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    request = context.get("request")
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        set_rollback()
+        body, headers = unavailable_problem(exc, request.path if request is not None else None)
+        return Response(
+            body,
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers=headers,
+            content_type=PROBLEM_CONTENT_TYPE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     response = exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django's 500 handler answer (also problem+json)
-    request = context.get("request")
     instance = request.path if request is not None else None
     if isinstance(exc, Problem):
         body = problem_body(
@@ -164,6 +220,9 @@ def handler404(request, exception=None):  # noqa: ARG001
 
 
 def handler500(request):
+    exc = sys.exc_info()[1]  # Django calls this while handling the uncaught exception
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return unavailable_response(exc, request.path)
     return problem_response(
         status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
         slug="internal-error",

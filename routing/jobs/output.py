@@ -1,11 +1,61 @@
-"""A job's simulated output text (deterministic filler, as many words as tokens)."""
+"""A job's simulated output text (deterministic filler, as many words as tokens).
+
+Generating it costs about 0.3 s of CPU per million words, and a finished job's text
+never changes: it is generated once per process and kept in a small LRU cache bounded
+by characters (so repeated GETs of a large job are cheap and the cache cannot grow
+without bound)."""
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 from routing.core.synthetic import synthetic_text
 from routing.models import Job
 
+# At most this many characters of output kept per process (~64 MB of ASCII text: about a
+# dozen of the largest outputs); a text over the budget is returned and not kept.
+CACHE_MAX_CHARS = 64_000_000
+
+_cache: OrderedDict[tuple, str] = OrderedDict()
+_cache_chars = 0
+_lock = threading.Lock()
+
+
+def cached_text(seed, words: int) -> str:
+    """`synthetic_text(seed, words)`, generated once and kept while it fits the budget."""
+    global _cache_chars
+    key = (seed, words)
+    with _lock:
+        text = _cache.get(key)
+        if text is not None:
+            _cache.move_to_end(key)
+            return text
+    text = synthetic_text(seed, words)  # outside the lock: other requests go on meanwhile
+    with _lock:
+        if key in _cache or len(text) > CACHE_MAX_CHARS:
+            return text
+        _cache[key] = text
+        _cache_chars += len(text)
+        while _cache_chars > CACHE_MAX_CHARS:
+            _, old = _cache.popitem(last=False)
+            _cache_chars -= len(old)
+    return text
+
+
+def cache_chars() -> int:
+    """Characters held by the cache (for tests and diagnostics)."""
+    return _cache_chars
+
+
+def clear_cache() -> None:
+    global _cache_chars
+    with _lock:
+        _cache.clear()
+        _cache_chars = 0
+
 
 def synthetic_output(job: Job) -> str:
     """A job's simulated answer: `output_tokens` words, seeded by the job id."""
-    return synthetic_text(job.pk.int if hasattr(job.pk, "int") else str(job.pk), job.output_tokens)
+    seed = job.pk.int if hasattr(job.pk, "int") else str(job.pk)
+    return cached_text(seed, job.output_tokens)
