@@ -3,8 +3,12 @@
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
+# filesystem:// (the quick start's embedded broker) is kombu's filesystem transport made
+# safe for several processes: whole messages only, one reader per message.
+TRANSPORT_ALIASES["filesystem"] = "deploy.fsbroker:Transport"
 
 app = Celery("deploy")
 app.config_from_object("django.conf:settings", namespace="CELERY")

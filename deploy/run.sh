@@ -1,31 +1,136 @@
 #!/usr/bin/env bash
-# Web server + one Celery worker + beat, in the foreground; Ctrl-C stops all three.
-# Used by `make run`; expects migrations applied (make run does that first).
-set -euo pipefail
+# Web server + one Celery worker + beat, supervised in the foreground. Used by `make run`;
+# expects migrations applied (make run does that first).
+#
+# - Worker and beat log to $LOG_DIR/worker.log and beat.log, appended (a restart keeps
+#   what the last run said); a log over LOG_MAX_BYTES is rotated (.1 .. .$LOG_KEEP) when
+#   its process (re)starts. The web server logs to this console.
+# - A worker or beat that exits is reported here, with the end of its log, and started
+#   again (after 1 s, longer while it keeps dying within RESTART_RESET_SECONDS).
+#   If the web server exits, everything stops.
+# - Ctrl-C or SIGTERM stops all three: TERM to each (its own process group, so the
+#   worker's pool goes too), then KILL what still runs after STOP_GRACE_SECONDS. A job
+#   cut short is not lost: the job sweeper sends it again.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 CELERY=${CELERY:-.venv/bin/celery}
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 LOG_DIR=${VAR_DIR:-var}/log
+LOG_MAX_BYTES=${LOG_MAX_BYTES:-10485760}
+LOG_KEEP=${LOG_KEEP:-3}
+STOP_GRACE_SECONDS=${STOP_GRACE_SECONDS:-5}
+RESTART_RESET_SECONDS=${RESTART_RESET_SECONDS:-60}
 mkdir -p "$LOG_DIR"
 
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+# Each service in a session (and process group) of its own, when setsid is there.
+SETSID=$(command -v setsid || true)
+
+declare -A pid_of=() name_of=() started_at=() crashes=()
+sleeper=
+
+say() { echo "run.sh: $*" >&2; }
+now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
+
+rotate() { # log file: shift .1 .. .LOG_KEEP when it grew over LOG_MAX_BYTES
+  local log=$1 i
+  [[ -f $log ]] && (($(stat -c %s "$log") > LOG_MAX_BYTES)) || return 0
+  for ((i = LOG_KEEP - 1; i >= 1; i--)); do
+    [[ -f $log.$i ]] && mv -f "$log.$i" "$log.$((i + 1))"
+  done
+  mv -f "$log" "$log.1"
 }
-trap cleanup INT TERM EXIT
 
-"$CELERY" -A deploy worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}" \
-  >"$LOG_DIR/worker.log" 2>&1 &
-pids+=($!)
-"$CELERY" -A deploy beat --loglevel=INFO --pidfile= >"$LOG_DIR/beat.log" 2>&1 &
-pids+=($!)
+signal() { # signal pid: the service's whole process group, else the process
+  if [[ -n $SETSID ]]; then
+    kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null
+  else
+    kill "-$1" "$2" 2>/dev/null
+  fi
+}
 
+alive() { # pid: anything of the service still running
+  if [[ -n $SETSID ]]; then kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; else kill -0 "$1" 2>/dev/null; fi
+}
+
+start() { # worker | beat | web
+  local name=$1 cmd log
+  case $name in
+    worker) cmd=("$CELERY" -A deploy worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}") ;;
+    beat) cmd=("$CELERY" -A deploy beat --loglevel=INFO --pidfile=) ;;
+    web) cmd=("$PY" manage.py runserver --noreload "$HOST:$PORT") ;;
+  esac
+  if [[ $name == web ]]; then
+    $SETSID "${cmd[@]}" &
+  else
+    log="$LOG_DIR/$name.log"
+    rotate "$log"
+    echo "===== $(now) run.sh: starting $name" >>"$log"
+    $SETSID "${cmd[@]}" >>"$log" 2>&1 &
+  fi
+  pid_of[$name]=$!
+  name_of[$!]=$name
+  started_at[$name]=$SECONDS
+}
+
+stop() {
+  trap - INT TERM EXIT
+  [[ -n $sleeper ]] && kill "$sleeper" 2>/dev/null
+  local pid waited=0
+  ((${#name_of[@]})) || return 0
+  say "stopping ${name_of[*]}"
+  for pid in "${!name_of[@]}"; do signal TERM "$pid"; done
+  while ((waited < STOP_GRACE_SECONDS * 10)); do
+    local running=0
+    for pid in "${!name_of[@]}"; do alive "$pid" && running=1; done
+    ((running)) || break
+    sleep 0.1
+    ((waited++))
+  done
+  for pid in "${!name_of[@]}"; do
+    if alive "$pid"; then
+      say "${name_of[$pid]} still running after ${STOP_GRACE_SECONDS}s: killed"
+      signal KILL "$pid"
+    fi
+  done
+  wait 2>/dev/null
+  name_of=()
+}
+trap 'stop; exit 0' INT TERM
+trap stop EXIT
+
+start worker
+start beat
 echo "Worker and beat started (logs in $LOG_DIR/)."
 echo "Serving on http://$HOST:$PORT/  (API: /api/v1/models/, docs: /api/docs/, admin: /admin/)"
-"$PY" manage.py runserver --noreload "$HOST:$PORT" &
-pids+=($!)
-wait -n "${pids[@]}"
+start web
+
+while :; do
+  done_pid= status=0
+  wait -n -p done_pid "${!name_of[@]}" || status=$?
+  [[ -n $done_pid && -n ${name_of[$done_pid]:-} ]] || continue
+  name=${name_of[$done_pid]}
+  unset "name_of[$done_pid]"
+  if alive "$done_pid"; then signal KILL "$done_pid"; fi # what it left behind (pool)
+  ran=$((SECONDS - started_at[$name]))
+  if [[ $name == web ]]; then
+    say "$(now) the web server exited (status $status): stopping everything"
+    stop
+    exit 1
+  fi
+  log="$LOG_DIR/$name.log"
+  echo "===== $(now) run.sh: $name exited with status $status after ${ran}s" >>"$log"
+  say "$(now) $name exited with status $status after ${ran}s; the end of $log:"
+  tail -n 8 "$log" | sed 's/^/  | /' >&2
+  if ((ran < RESTART_RESET_SECONDS)); then crashes[$name]=$((${crashes[$name]:-0} + 1)); else crashes[$name]=0; fi
+  n=${crashes[$name]}
+  delay=$((n <= 1 ? 1 : (n > 5 ? 30 : 1 << (n - 1)))) # 1 2 4 8 16 30 s
+  say "restarting $name in ${delay}s"
+  sleep "$delay" &
+  sleeper=$!
+  wait "$sleeper"
+  sleeper=
+  start "$name"
+  say "$name restarted (pid ${pid_of[$name]})"
+done

@@ -198,6 +198,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
             "store_processed": False,
         }
     )
+    # filesystem:// is served by deploy/fsbroker.py (atomic writes and claims), registered
+    # under kombu's "filesystem" alias by deploy/celery.py.
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

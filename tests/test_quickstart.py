@@ -62,6 +62,37 @@ def post_json(url: str, body: dict, key: str) -> dict:
         return json.loads(r.read())
 
 
+def wait_succeeded(base: str, key: str, job_id: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        with urllib.request.urlopen(
+            urllib.request.Request(
+                f"{base}/api/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"}
+            ),
+            timeout=5,
+        ) as r:
+            status = json.loads(r.read())["status"]
+        if status == "succeeded":
+            return
+        assert time.monotonic() < deadline, f"job still {status}"
+        time.sleep(0.5)
+
+
+def worker_pid(run_sh_pid: int) -> int:
+    """The Celery worker's main process: a child of run.sh (in a session of its own)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == run_sh_pid and b"worker" in cmdline and any(b"celery" in a for a in cmdline):
+            return int(proc.name)
+    raise AssertionError("no worker process under run.sh")
+
+
 def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
     env = quickstart_env
     manage(env, "migrate", "--noinput")
@@ -105,19 +136,7 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
             key,
         )
         assert job["status"] == "queued"
-        deadline = time.monotonic() + 60
-        while True:
-            with urllib.request.urlopen(
-                urllib.request.Request(
-                    f"{base}/api/v1/jobs/{job['id']}", headers={"Authorization": f"Bearer {key}"}
-                ),
-                timeout=5,
-            ) as r:
-                status = json.loads(r.read())["status"]
-            if status == "succeeded":
-                break
-            assert time.monotonic() < deadline, f"job still {status}"
-            time.sleep(0.5)
+        wait_succeeded(base, key, job["id"])
         log_dir = Path(env["VAR_DIR"]) / "log"
         deadline = time.monotonic() + 30
         while not (
@@ -129,15 +148,39 @@ def test_run_script_serves_the_catalog_with_worker_and_beat(quickstart_env):
         # The filesystem broker's URL names a host: kombu has nothing to warn about.
         for log in [run_log, log_dir / "worker.log", log_dir / "beat.log"]:
             assert "No hostname was supplied" not in log.read_text(), log.name
+        # A worker killed outright is reported on the console and started again (its log
+        # appended to); jobs still run.
+        os.kill(worker_pid(proc.pid), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not (
+            "worker restarted" in run_log.read_text()
+            and (log_dir / "worker.log").read_text().count("ready.") >= 2
+        ):
+            assert proc.poll() is None, "run.sh stopped when the worker died"
+            assert time.monotonic() < deadline, "the worker was not restarted"
+            time.sleep(0.5)
+        assert "worker exited with status" in run_log.read_text()
+        job = post_json(
+            f"{base}/api/v1/jobs",
+            {"model": "sol", "input_tokens": 200, "output_tokens": 50, "deadline_seconds": 3600},
+            key,
+        )
+        wait_succeeded(base, key, job["id"])
+        # SIGTERM to the process group stops everything within a few seconds.
+        stopping = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert time.monotonic() - stopping < 10
     except Exception:
         # What the web server, worker and beat said, to see why.
         for log in [run_log, *sorted((Path(env["VAR_DIR"]) / "log").glob("*.log"))]:
             print(f"===== {log.name}\n{log.read_text()[-6000:]}")
         raise
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
