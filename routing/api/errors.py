@@ -58,6 +58,7 @@ BATCH_STATUS: dict[str, int] = {
     "batch-not-cancellable": 409,
     "batch-not-ended": 409,
     "nothing-to-retry": 409,
+    "file-in-use": 409,
     "file-too-large": 413,
     "too-many-requests": 413,
 }

@@ -8,6 +8,7 @@ the OpenAI Batch API: 200 MB and 50,000 requests a file.
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
 from collections.abc import Iterable, Iterator
 
@@ -15,7 +16,9 @@ from django.core.files import File as DjangoFile
 from django.db import transaction
 
 from routing.core.formats import iso
-from routing.models import Account, File
+from routing.models import Account, Batch, File
+
+logger = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_BATCH_REQUESTS = 50_000
@@ -115,6 +118,44 @@ def _store(account, purpose, name, stream, size, lines, sha) -> File:
     with transaction.atomic():
         f.save(force_insert=True)
     return f
+
+
+def file_delete(f: File) -> None:
+    """Delete one of the account's files, row and stored content. Refused
+    (FileRejected, code `file-in-use`) while it is the input of a batch that has not
+    ended or of a schedule, and while an ended batch's record keeps it as its input; a
+    batch's output or error file may go (the batch then shows no file). The content is
+    removed once the row's deletion is committed (a rollback keeps both)."""
+    with transaction.atomic():
+        row = File.objects.select_for_update().filter(pk=f.pk).first()
+        if row is None:
+            return  # deleted meanwhile: the same end
+        running = row.batches.exclude(status__in=Batch.TERMINAL).values_list("pk", flat=True)
+        if busy := running.first():
+            raise FileRejected(
+                f"The file is the input of batch {busy}, which has not ended; "
+                "cancel the batch or wait for it to end.",
+                code="file-in-use",
+            )
+        if schedule := row.schedules.values_list("name", flat=True).first():
+            raise FileRejected(
+                f"The file is the input of the schedule {schedule!r}.", code="file-in-use"
+            )
+        if ended := row.batches.values_list("pk", flat=True).first():
+            raise FileRejected(
+                f"The file is the input of batch {ended}, whose record keeps it.",
+                code="file-in-use",
+            )
+        name, storage = row.content.name, row.content.storage
+        row.delete()
+        transaction.on_commit(lambda: _remove_content(storage, name))
+
+
+def _remove_content(storage, name: str) -> None:
+    try:
+        storage.delete(name)
+    except OSError:  # the row is gone; an orphan on disk is harmless (a unique name)
+        logger.warning("could not remove the content of a deleted file: %s", name, exc_info=True)
 
 
 def file_lines(f: File) -> Iterator[tuple[int, bytes]]:
