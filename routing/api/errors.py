@@ -61,6 +61,7 @@ BATCH_STATUS: dict[str, int] = {
     "file-in-use": 409,
     "file-too-large": 413,
     "too-many-requests": 413,
+    "storage-full": 413,
 }
 BATCH_TITLE: dict[int, str] = {404: "Not found", 409: "Conflict", 413: "Too large"}
 

@@ -43,7 +43,10 @@ class FileListView(ClientAPIView, generics.GenericAPIView):
         responses={
             201: FileSerializer,
             400: OpenApiResponse(description="Missing file, unknown purpose, empty file"),
-            413: OpenApiResponse(description="Over 200 MB or 50,000 requests"),
+            413: OpenApiResponse(
+                description="Over 200 MB or 50,000 requests, or the account's storage cap "
+                "(`storage-full`)"
+            ),
         },
     )
     def post(self, request):

@@ -73,3 +73,49 @@ def test_an_ended_batch_keeps_its_input_and_its_output_may_go(
     assert not stored(out)
     body = api.get(f"/api/v1/batches/{b.pk}").json()
     assert body["status"] == "completed" and body["output_file_id"] is None
+
+
+def test_an_upload_past_the_accounts_storage_cap_is_a_413(api, account, settings):
+    first = jsonl(3)
+    settings.FILES_MAX_BYTES_PER_ACCOUNT = len(first) + 10
+    r = api.post("/api/v1/files", {"purpose": "batch", "file": io.BytesIO(first)})
+    assert r.status_code == 201
+    before = File.objects.count()
+    r = api.post("/api/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl(3))})
+    assert r.status_code == 413 and r["Content-Type"] == PROBLEM
+    assert r.json()["type"].endswith("storage-full")
+    assert File.objects.count() == before  # no row
+    # Another account has its own room; deleting makes room again.
+    other = ApiClient(account_create(name="other", default_credits=Decimal(1))[1])
+    r2 = other.post("/api/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl(3))})
+    assert r2.status_code == 201
+    assert (
+        api.delete(f"/api/v1/files/{File.objects.filter(account=account).get().pk}").status_code
+        == 204
+    )
+    r = api.post("/api/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl(3))})
+    assert r.status_code == 201
+
+
+def test_the_cap_is_checked_again_when_the_row_is_written(account, settings, monkeypatch):
+    """Two uploads measured together cannot both pass: the second, rechecked under the
+    account's lock, is refused and its content removed."""
+    from routing.batches import files
+
+    settings.FILES_MAX_BYTES_PER_ACCOUNT = 10_000
+    checks = []
+    real = files._check_room
+
+    def check(acc, size):
+        checks.append(size)
+        if len(checks) == 2:  # as if another upload landed between check and write
+            settings.FILES_MAX_BYTES_PER_ACCOUNT = 1
+        real(acc, size)
+
+    monkeypatch.setattr(files, "_check_room", check)
+    stream = io.BytesIO(jsonl(2))
+    stream.name = "in.jsonl"
+    with pytest.raises(files.FileRejected) as exc:
+        files.file_create(account=account, purpose="batch", upload=stream)
+    assert exc.value.code == "storage-full" and len(checks) == 2
+    assert not File.objects.filter(account=account).exists()
