@@ -241,6 +241,16 @@ if not SIM_TIME_SCALE > 0:
 # A job still queued this long after it was sent is sent again (the broker was down).
 JOB_RESEND_AFTER_SECONDS = float(os.environ.get("JOB_RESEND_AFTER_SECONDS", "30"))
 
+# --- Files ----------------------------------------------------------------------------
+# The bytes an account's files may take in all (inputs and batch outputs); an upload past
+# it is refused with 413 storage-full. 0: no cap.
+FILES_MAX_BYTES_PER_ACCOUNT = int(os.environ.get("FILES_MAX_BYTES_PER_ACCOUNT", str(10 * 1024**3)))
+
+# --- Webhooks -------------------------------------------------------------------------
+# Webhook URLs must be https with public destinations (routing.core.urls_safe); an admin
+# may allow plain http here (a test receiver, a private deployment).
+WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -58,8 +58,10 @@ BATCH_STATUS: dict[str, int] = {
     "batch-not-cancellable": 409,
     "batch-not-ended": 409,
     "nothing-to-retry": 409,
+    "file-in-use": 409,
     "file-too-large": 413,
     "too-many-requests": 413,
+    "storage-full": 413,
 }
 BATCH_TITLE: dict[int, str] = {404: "Not found", 409: "Conflict", 413: "Too large"}
 

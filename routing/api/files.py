@@ -14,7 +14,7 @@ from deploy.problems import Problem
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.serializers import FileSerializer, FileUploadSerializer
-from routing.batches.files import file_create, file_json
+from routing.batches.files import file_create, file_delete, file_json
 from routing.models import File
 
 
@@ -43,7 +43,10 @@ class FileListView(ClientAPIView, generics.GenericAPIView):
         responses={
             201: FileSerializer,
             400: OpenApiResponse(description="Missing file, unknown purpose, empty file"),
-            413: OpenApiResponse(description="Over 200 MB or 50,000 requests"),
+            413: OpenApiResponse(
+                description="Over 200 MB or 50,000 requests, or the account's storage cap "
+                "(`storage-full`)"
+            ),
         },
     )
     def post(self, request):
@@ -83,6 +86,25 @@ class FileDetailView(ClientAPIView):
     )
     def get(self, request, file_id):
         return Response(file_json(own_file(self.account, file_id)))
+
+    @extend_schema(
+        request=None,
+        responses={
+            204: OpenApiResponse(description="Deleted, with its stored content"),
+            404: OpenApiResponse(description="Unknown file"),
+            409: OpenApiResponse(
+                description="The input of a batch (not ended, or kept by its record) "
+                "or of a schedule (`file-in-use`)"
+            ),
+        },
+    )
+    def delete(self, request, file_id):
+        """Delete the file and its content. A batch's output or error file may go;
+        an input is kept while a batch or schedule uses it."""
+        f = own_file(self.account, file_id)
+        with domain_problems(request):
+            file_delete(f)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class FileContentView(ClientAPIView):

@@ -8,14 +8,19 @@ the OpenAI Batch API: 200 MB and 50,000 requests a file.
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
 from collections.abc import Iterable, Iterator
 
+from django.conf import settings
 from django.core.files import File as DjangoFile
 from django.db import transaction
+from django.db.models import Sum
 
 from routing.core.formats import iso
-from routing.models import Account, File
+from routing.models import Account, Batch, File
+
+logger = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_BATCH_REQUESTS = 50_000
@@ -88,8 +93,24 @@ def file_create(*, account: Account, purpose: str, upload, filename: str | None 
     size, lines, sha = _measure(upload, max_bytes=MAX_FILE_BYTES, max_lines=MAX_BATCH_REQUESTS)
     if lines == 0:
         raise FileRejected("The file has no requests (one JSON object a line).", code="empty-file")
+    _check_room(account, size)  # early, before the content is written
     upload.seek(0)
-    return _store(account, purpose, name, upload, size, lines, sha)
+    return _store(account, purpose, name, upload, size, lines, sha, capped=True)
+
+
+def files_bytes(account: Account) -> int:
+    """The bytes the account's files take (inputs and batch outputs)."""
+    return File.objects.filter(account=account).aggregate(n=Sum("bytes"))["n"] or 0
+
+
+def _check_room(account: Account, size: int) -> None:
+    cap = settings.FILES_MAX_BYTES_PER_ACCOUNT
+    if cap and files_bytes(account) + size > cap:
+        raise FileRejected(
+            f"The account's files would take over {cap} bytes "
+            f"(FILES_MAX_BYTES_PER_ACCOUNT); delete files it no longer needs.",
+            code="storage-full",
+        )
 
 
 def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable[bytes]) -> File:
@@ -107,14 +128,61 @@ def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable
         return _store(account, purpose, filename, tmp, size, count, digest.hexdigest())
 
 
-def _store(account, purpose, name, stream, size, lines, sha) -> File:
+def _store(account, purpose, name, stream, size, lines, sha, *, capped: bool = False) -> File:
+    """With `capped` (a client's upload), the account's storage cap is checked again
+    under a lock on the account, so concurrent uploads cannot pass it together."""
     f = File(account=account, purpose=purpose, filename=name, bytes=size, lines=lines, sha256=sha)
     # The content is written before the row; a rollback leaves an orphan file on disk
     # (harmless: its name is the unique id), never a row without content.
     f.content.save(f"{f.id}.jsonl", DjangoFile(stream), save=False)
-    with transaction.atomic():
-        f.save(force_insert=True)
+    try:
+        with transaction.atomic():
+            if capped:
+                Account.objects.select_for_update().filter(pk=account.pk).first()
+                _check_room(account, size)
+            f.save(force_insert=True)
+    except FileRejected:
+        _remove_content(f.content.storage, f.content.name)
+        raise
     return f
+
+
+def file_delete(f: File) -> None:
+    """Delete one of the account's files, row and stored content. Refused
+    (FileRejected, code `file-in-use`) while it is the input of a batch that has not
+    ended or of a schedule, and while an ended batch's record keeps it as its input; a
+    batch's output or error file may go (the batch then shows no file). The content is
+    removed once the row's deletion is committed (a rollback keeps both)."""
+    with transaction.atomic():
+        row = File.objects.select_for_update().filter(pk=f.pk).first()
+        if row is None:
+            return  # deleted meanwhile: the same end
+        running = row.batches.exclude(status__in=Batch.TERMINAL).values_list("pk", flat=True)
+        if busy := running.first():
+            raise FileRejected(
+                f"The file is the input of batch {busy}, which has not ended; "
+                "cancel the batch or wait for it to end.",
+                code="file-in-use",
+            )
+        if schedule := row.schedules.values_list("name", flat=True).first():
+            raise FileRejected(
+                f"The file is the input of the schedule {schedule!r}.", code="file-in-use"
+            )
+        if ended := row.batches.values_list("pk", flat=True).first():
+            raise FileRejected(
+                f"The file is the input of batch {ended}, whose record keeps it.",
+                code="file-in-use",
+            )
+        name, storage = row.content.name, row.content.storage
+        row.delete()
+        transaction.on_commit(lambda: _remove_content(storage, name))
+
+
+def _remove_content(storage, name: str) -> None:
+    try:
+        storage.delete(name)
+    except OSError:  # the row is gone; an orphan on disk is harmless (a unique name)
+        logger.warning("could not remove the content of a deleted file: %s", name, exc_info=True)
 
 
 def file_lines(f: File) -> Iterator[tuple[int, bytes]]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from routing.core.urls_safe import UnsafeURL, webhook_url_check
 
 
 class Account(models.Model):
@@ -25,6 +29,26 @@ class Account(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean_fields(self, exclude=None):
+        """The webhook URL must be one the service may call (routing.core.urls_safe);
+        checked again at each delivery."""
+        errors = {}
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        if (
+            self.webhook_url
+            and "webhook_url" not in errors
+            and "webhook_url" not in (exclude or ())
+        ):
+            try:
+                webhook_url_check(self.webhook_url, allow_http=settings.WEBHOOK_ALLOW_HTTP)
+            except UnsafeURL as exc:
+                errors["webhook_url"] = [ValidationError(str(exc), code="unsafe-url")]
+        if errors:
+            raise ValidationError(errors)
 
 
 class ApiKey(models.Model):

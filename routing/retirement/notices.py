@@ -14,6 +14,7 @@ import logging
 import urllib.error
 import urllib.request
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
@@ -22,6 +23,7 @@ from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.core import dispatch
 from routing.core.formats import iso
+from routing.core.urls_safe import UnsafeURL, public_opener, webhook_url_check
 from routing.models import Account, Job, Notice
 from routing.quota import tied_packages
 
@@ -34,6 +36,19 @@ WEBHOOK_MAX_ATTEMPTS = 6
 
 class WebhookError(Exception):
     pass
+
+
+class WebhookRefused(WebhookError):
+    """The URL is not one the service may call (routing.core.urls_safe): the notice
+    fails at once, with the reason, without retries."""
+
+
+def webhook_check(url: str) -> None:
+    """WebhookRefused unless `url` passes the webhook rule (https, public address)."""
+    try:
+        webhook_url_check(url, allow_http=settings.WEBHOOK_ALLOW_HTTP)
+    except UnsafeURL as exc:
+        raise WebhookRefused(f"refused: {exc}") from exc
 
 
 def affected_accounts(model: ModelVersion, at: dt.datetime) -> dict[int, dict]:
@@ -155,6 +170,9 @@ def notices_resend(*, notices: QuerySet[Notice]) -> int:
 
 
 def _post(url: str, payload: dict, notice_id: str) -> None:
+    """POST once: no redirect followed (a 3xx fails the attempt), no proxy, only to
+    public addresses (checked before, and on the connected socket)."""
+    webhook_check(url)
     req = urllib.request.Request(
         url,
         data=json.dumps(payload).encode(),
@@ -166,10 +184,14 @@ def _post(url: str, payload: dict, notice_id: str) -> None:
         },
     )
     try:
-        with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_SECONDS) as r:
+        with public_opener().open(req, timeout=WEBHOOK_TIMEOUT_SECONDS) as r:
             if not 200 <= r.status < 300:
                 raise WebhookError(f"HTTP {r.status}")
+    except UnsafeURL as exc:
+        raise WebhookRefused(f"refused: {exc}") from exc
     except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            raise WebhookError(f"HTTP {exc.code} (redirects are not followed)") from exc
         raise WebhookError(f"HTTP {exc.code}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise WebhookError(str(getattr(exc, "reason", exc))[:200]) from exc
@@ -177,7 +199,8 @@ def _post(url: str, payload: dict, notice_id: str) -> None:
 
 def notice_deliver(notice_id, *, final: bool = False, post=_post) -> Notice | None:
     """One delivery attempt of a pending notice. Raises WebhookError to be retried;
-    with `final`, a failure marks the notice failed instead."""
+    with `final`, a failure marks the notice failed instead. A URL the service may not
+    call (WebhookRefused) fails the notice at once, with the reason, never retried."""
     notice = (
         Notice.objects.select_related("account")
         .filter(pk=notice_id, delivery=Notice.Delivery.PENDING)
@@ -187,8 +210,10 @@ def notice_deliver(notice_id, *, final: bool = False, post=_post) -> Notice | No
         return None
     now = timezone.now()
     try:
+        webhook_check(notice.account.webhook_url)
         post(notice.account.webhook_url, notice_json(notice), str(notice.pk))
     except WebhookError as exc:
+        final = final or isinstance(exc, WebhookRefused)
         Notice.objects.filter(pk=notice.pk, delivery=Notice.Delivery.PENDING).update(
             attempts=notice.attempts + 1,
             last_attempt_at=now,

@@ -121,7 +121,12 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def webhook():
+def webhook(settings, monkeypatch):
+    """A receiver on loopback http: allowed here only (production refuses both)."""
+    from routing.core import urls_safe
+
+    settings.WEBHOOK_ALLOW_HTTP = True
+    monkeypatch.setattr(urls_safe, "address_public", lambda address: True)
     Receiver.received, Receiver.status = [], 200
     server = HTTPServer(("127.0.0.1", 0), Receiver)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
