@@ -61,3 +61,16 @@ def dispatched(monkeypatch) -> Dispatched:
         if name.startswith("routing.") and getattr(module, "send_now", None) is original:
             monkeypatch.setattr(module, "send_now", record)
     return sent
+
+
+@pytest.fixture
+def stack(postgres_server, redis_server):
+    """The service's own processes (web, workers, beat) on throwaway PostgreSQL and Redis
+    (tests/stack.py); a test module may override it with other settings."""
+    from tests.stack import Stack
+
+    s = Stack(postgres_server, redis_server)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -15,15 +15,6 @@ from tests.stack import SMALL, Stack
 pytestmark = pytest.mark.realparts
 
 
-@pytest.fixture
-def stack(postgres_server, redis_server):
-    s = Stack(postgres_server, redis_server)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 def call(stack: Stack, method: str, path: str, body: dict | None = None):
     """(status, headers, parsed body) of one request to the stack's web process."""
     req = urllib.request.Request(

@@ -12,18 +12,9 @@ import time
 
 import pytest
 
-from tests.stack import SMALL, Stack
+from tests.stack import SMALL
 
 pytestmark = pytest.mark.realparts
-
-
-@pytest.fixture
-def stack(postgres_server, redis_server):
-    s = Stack(postgres_server, redis_server)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def test_a_job_goes_queued_running_succeeded_with_a_real_worker(stack):
