@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -62,6 +63,8 @@ class AccountAdmin(admin.ModelAdmin):
     list_filter = ["auto_migrate"]
     inlines = [ApiKeyInline, QuotaPackageInline]
     actions = ["create_key"]
+    # Webhooks are https (routing.core.urls_safe): a URL typed without a scheme is https.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     @admin.display(description="active keys")
     def keys(self, obj):
