@@ -16,6 +16,8 @@ urlpatterns = [
     # Unknown API paths answer problem+json even with DEBUG on (no HTML error page), for
     # every method: the API is not cookie-authenticated, so no CSRF page either.
     re_path(r"^api/", csrf_exempt(handler404_view)),
+    # The OpenAI-compatible surface (the SDK's conventional base URL is http://host/v1).
+    path("v1/", include("routing.compat.urls")),
 ]
 
 handler400 = "deploy.problems.handler400"

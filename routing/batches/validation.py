@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -24,14 +23,13 @@ from routing.batches.errors import error_entry
 from routing.batches.files import MAX_BATCH_REQUESTS, file_lines
 from routing.batches.finish import batch_fail
 from routing.batches.planning import batch_plan, batch_start, plan_json, plan_refusal
-from routing.core import jsonsafe
+from routing.core import jsonsafe, openai_shapes
 from routing.core.clock import wall
 from routing.core.limits import MAX_PROMPT_CHARS, MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
 from routing.models import Account, Batch, BatchRequest
 from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown, resolve_for_routing
 
 MAX_REPORTED_ERRORS = 100
-CHARS_PER_TOKEN = 4  # chat-completions lines: input tokens estimated from the text
 CUSTOM_ID_MAX = 512
 
 
@@ -87,20 +85,9 @@ def _int_field(body: dict, name: str, lo: int, hi: int, default=None) -> int:
 def _task_shape(endpoint: str, body: dict) -> tuple[int, int, int, float]:
     """(input_tokens, output_tokens, turns, tool_seconds) of a line's body."""
     if endpoint == "/v1/chat/completions":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("body.messages must be a non-empty list.")
-        chars = 0
-        for m in messages:
-            content = m.get("content") if isinstance(m, dict) else None
-            if isinstance(content, list):  # content parts
-                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            if content is not None and not isinstance(content, str):
-                raise ValueError("body.messages[].content must be a string or a list of parts.")
-            chars += len(content or "")
-        if chars > MAX_PROMPT_CHARS:
-            raise ValueError(f"body.messages may hold at most {MAX_PROMPT_CHARS} characters.")
-        inp = max(1, math.ceil(chars / CHARS_PER_TOKEN))
+        inp = openai_shapes.tokens_of(
+            openai_shapes.messages_text(body.get("messages"), "body.messages")
+        )
         out_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
         out = _int_field(body, out_name, 1, MAX_TASK_TOKENS, default=1024)
         return inp, out, 1, 0.0

@@ -1,0 +1,178 @@
+"""OpenAI's object shapes, for the OpenAI-compatible surface (`routing.compat`) and for
+batch output lines whose endpoint is /v1/chat/completions or /v1/responses: one
+builder per object, so the live endpoint and the batch file answer alike.
+
+Input tokens of chat messages are counted by one documented rule that needs no
+tokenizer download: the characters of every message's text (string content, or the
+`text` of its content parts), divided by CHARS_PER_TOKEN and rounded up, at least 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from routing.core.limits import MAX_PROMPT_CHARS
+
+CHARS_PER_TOKEN = 4
+
+
+def unix(at: dt.datetime | None) -> int | None:
+    """A time as Unix seconds (OpenAI's timestamps), None stays None."""
+    return int(at.timestamp()) if at is not None else None
+
+
+def _content_text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    raise ValueError(f"{where}.content must be a string or a list of parts.")
+
+
+def messages_text(messages: Any, where: str = "messages") -> str:
+    """The text of chat messages (ValueError naming `where` when they are malformed or
+    over MAX_PROMPT_CHARS characters)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where} must be a non-empty list.")
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict):
+            raise ValueError(f"{where}[] must be objects with a role and content.")
+        parts.append(_content_text(m.get("content"), f"{where}[]"))
+    text = "".join(parts)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise ValueError(f"{where} may hold at most {MAX_PROMPT_CHARS} characters.")
+    return text
+
+
+def input_text(value: Any, where: str = "input") -> str:
+    """The text of a Responses API `input`: a string or a list of messages."""
+    if isinstance(value, str):
+        if not value:
+            raise ValueError(f"{where} must not be empty.")
+        if len(value) > MAX_PROMPT_CHARS:
+            raise ValueError(f"{where} may hold at most {MAX_PROMPT_CHARS} characters.")
+        return value
+    return messages_text(value, where)
+
+
+def tokens_of(text: str) -> int:
+    """The documented token rule: ceil(characters / 4), at least 1."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def usage_chat(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def chat_completion(
+    *,
+    id: str,
+    created: int,
+    model: str,
+    service_tier: str,
+    text: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str = "stop",
+    **extra: Any,
+) -> dict:
+    """A `chat.completion` object (the text is simulated: `simulated: true`)."""
+    return {
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "service_tier": service_tier,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage_chat(prompt_tokens, completion_tokens),
+        "simulated": True,
+        **extra,
+    }
+
+
+def chat_chunk(
+    *,
+    id: str,
+    created: int,
+    model: str,
+    service_tier: str,
+    delta: dict,
+    finish_reason: str | None = None,
+    usage: dict | None = None,
+    choices: bool = True,
+) -> dict:
+    """A `chat.completion.chunk` (the final usage chunk has `choices: []`)."""
+    chunk = {
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "service_tier": service_tier,
+        "system_fingerprint": None,
+        "choices": (
+            [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+            if choices
+            else []
+        ),
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def response_object(
+    *,
+    id: str,
+    created: int,
+    model: str,
+    service_tier: str,
+    text: str,
+    input_tokens: int,
+    output_tokens: int,
+    status: str = "completed",
+    **extra: Any,
+) -> dict:
+    """A Responses API `response` object with one assistant output message."""
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "model": model,
+        "service_tier": service_tier,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{id.removeprefix('resp_')}",
+                "status": status,
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "error": None,
+        "incomplete_details": None,
+        "simulated": True,
+        **extra,
+    }
