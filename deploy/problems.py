@@ -147,6 +147,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             headers=headers,
             content_type=PROBLEM_CONTENT_TYPE,
         )
+    if isinstance(exc, RequestDataTooBig):
+        # Django raises it from request.body: a 413 also with DEBUG on (no debug page).
+        return Response(
+            too_big_body(request.path if request is not None else None),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            content_type=PROBLEM_CONTENT_TYPE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     response = exception_handler(exc, context)
@@ -232,16 +239,26 @@ def handler500(request):
     )
 
 
+def too_big_body(path: str | None) -> dict[str, Any]:
+    """The 413 problem for a body over DATA_UPLOAD_MAX_MEMORY_SIZE (Django's
+    RequestDataTooBig); the connection is then drained or closed by deploy.bodydrain."""
+    return problem_body(
+        status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        slug="request-too-large",
+        title="Request body too large",
+        detail=f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; "
+        "upload large inputs as a file (POST /api/v1/files).",
+        instance=path,
+        limit_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+    )
+
+
 def handler400(request, exception=None):
     if isinstance(exception, RequestDataTooBig):
-        return problem_response(
-            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            slug="request-too-large",
-            title="Request body too large",
-            detail=f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; "
-            "upload large inputs as a file (POST /api/v1/files).",
-            instance=request.path,
-            limit_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        return JsonResponse(
+            too_big_body(request.path),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            content_type=PROBLEM_CONTENT_TYPE,
         )
     return problem_response(
         status_code=status.HTTP_400_BAD_REQUEST,

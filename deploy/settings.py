@@ -241,6 +241,13 @@ if not SIM_TIME_SCALE > 0:
 # A job still queued this long after it was sent is sent again (the broker was down).
 JOB_RESEND_AFTER_SECONDS = float(os.environ.get("JOB_RESEND_AFTER_SECONDS", "30"))
 
+# --- Request bodies ---------------------------------------------------------------------
+# A body the application did not read (a 413 over DATA_UPLOAD_MAX_MEMORY_SIZE, a 401) is
+# read and discarded up to this size so the keep-alive connection stays usable; a larger
+# one, or one stalling this long, closes the connection (deploy/bodydrain.py).
+REQUEST_DRAIN_MAX_BYTES = int(os.environ.get("REQUEST_DRAIN_MAX_BYTES", str(16 * 1024**2)))
+REQUEST_DRAIN_TIMEOUT_SECONDS = float(os.environ.get("REQUEST_DRAIN_TIMEOUT_SECONDS", "10"))
+
 # --- Files ----------------------------------------------------------------------------
 # The bytes an account's files may take in all (inputs and batch outputs); an upload past
 # it is refused with 413 storage-full. 0: no cap.
