@@ -230,12 +230,16 @@ def handler500(request):
     exc = sys.exc_info()[1]  # Django calls this while handling the uncaught exception
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return unavailable_response(exc, request.path)
+    return internal_error_response(request.path)
+
+
+def internal_error_response(path: str | None) -> JsonResponse:
     return problem_response(
         status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
         slug="internal-error",
         title="Internal server error",
         detail="The server failed to answer; the error was logged.",
-        instance=request.path,
+        instance=path,
     )
 
 

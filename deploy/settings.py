@@ -32,6 +32,10 @@ if not SECRET_KEY:
     if not DEBUG:
         raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-key-change-me-0123456789-abcdefghijklmnopqrstuvwxyz"
+# Clients that see Django's debug pages when DEBUG is on (deploy/debugpage.py); the
+# debug pages never show passwords, URLs with a password or DATABASES passwords.
+INTERNAL_IPS = env_list("INTERNAL_IPS", "127.0.0.1,::1")
+DEFAULT_EXCEPTION_REPORTER_FILTER = "deploy.debugpage.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 # Public base URL used in Link headers and problem `type` URIs when no request is at hand.
@@ -57,6 +61,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
+    "deploy.debugpage.debug_page_local_only",
     "deploy.middleware.api_input_guard",
     "deploy.middleware.ServiceUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
