@@ -18,6 +18,7 @@ from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, JsonResponse
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions, status
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
@@ -196,6 +197,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             )
     response.data = body
     response.content_type = PROBLEM_CONTENT_TYPE
+    if request is not None and not isinstance(
+        getattr(request, "accepted_renderer", None), JSONRenderer | BrowsableAPIRenderer
+    ):
+        # A view that renders something else (the schema's YAML, the docs' HTML page)
+        # answers its errors in JSON too (DRF renders with what the request negotiated).
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = "application/json"
     return response
 
 
