@@ -229,6 +229,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "routing.sweep_batches",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
+    "expire-files": {"task": "routing.expire_files", "schedule": 3600.0},
     "sweep-jobs": {
         "task": "routing.sweep_jobs",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
@@ -258,6 +259,10 @@ REQUEST_DRAIN_TIMEOUT_SECONDS = float(os.environ.get("REQUEST_DRAIN_TIMEOUT_SECO
 # The bytes an account's files may take in all (inputs and batch outputs); an upload past
 # it is refused with 413 storage-full. 0: no cap.
 FILES_MAX_BYTES_PER_ACCOUNT = int(os.environ.get("FILES_MAX_BYTES_PER_ACCOUNT", str(10 * 1024**3)))
+
+# Days a batch's output and error files are kept (their `expires_at`); then the
+# housekeeping task routing.expire_files deletes their content. 0: kept for good.
+BATCH_OUTPUT_EXPIRES_DAYS = float(os.environ.get("BATCH_OUTPUT_EXPIRES_DAYS", "30"))
 
 # --- Webhooks -------------------------------------------------------------------------
 # Webhook URLs must be https with public destinations (routing.core.urls_safe); an admin
