@@ -18,6 +18,7 @@ from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, JsonResponse
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions, status
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
@@ -147,6 +148,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             headers=headers,
             content_type=PROBLEM_CONTENT_TYPE,
         )
+    if isinstance(exc, RequestDataTooBig):
+        # Django raises it from request.body: a 413 also with DEBUG on (no debug page).
+        return Response(
+            too_big_body(request.path if request is not None else None),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            content_type=PROBLEM_CONTENT_TYPE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     response = exception_handler(exc, context)
@@ -189,6 +197,13 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             )
     response.data = body
     response.content_type = PROBLEM_CONTENT_TYPE
+    if request is not None and not isinstance(
+        getattr(request, "accepted_renderer", None), JSONRenderer | BrowsableAPIRenderer
+    ):
+        # A view that renders something else (the schema's YAML, the docs' HTML page)
+        # answers its errors in JSON too (DRF renders with what the request negotiated).
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = "application/json"
     return response
 
 
@@ -223,25 +238,39 @@ def handler500(request):
     exc = sys.exc_info()[1]  # Django calls this while handling the uncaught exception
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return unavailable_response(exc, request.path)
+    return internal_error_response(request.path)
+
+
+def internal_error_response(path: str | None) -> JsonResponse:
     return problem_response(
         status_code=status.HTTP_500_INTERNAL_SERVER_ERROR,
         slug="internal-error",
         title="Internal server error",
         detail="The server failed to answer; the error was logged.",
-        instance=request.path,
+        instance=path,
+    )
+
+
+def too_big_body(path: str | None) -> dict[str, Any]:
+    """The 413 problem for a body over DATA_UPLOAD_MAX_MEMORY_SIZE (Django's
+    RequestDataTooBig); the connection is then drained or closed by deploy.bodydrain."""
+    return problem_body(
+        status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        slug="request-too-large",
+        title="Request body too large",
+        detail=f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; "
+        "upload large inputs as a file (POST /api/v1/files).",
+        instance=path,
+        limit_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
     )
 
 
 def handler400(request, exception=None):
     if isinstance(exception, RequestDataTooBig):
-        return problem_response(
-            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            slug="request-too-large",
-            title="Request body too large",
-            detail=f"The request body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes; "
-            "upload large inputs as a file (POST /api/v1/files).",
-            instance=request.path,
-            limit_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        return JsonResponse(
+            too_big_body(request.path),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            content_type=PROBLEM_CONTENT_TYPE,
         )
     return problem_response(
         status_code=status.HTTP_400_BAD_REQUEST,

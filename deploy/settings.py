@@ -32,6 +32,10 @@ if not SECRET_KEY:
     if not DEBUG:
         raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-key-change-me-0123456789-abcdefghijklmnopqrstuvwxyz"
+# Clients that see Django's debug pages when DEBUG is on (deploy/debugpage.py); the
+# debug pages never show passwords, URLs with a password or DATABASES passwords.
+INTERNAL_IPS = env_list("INTERNAL_IPS", "127.0.0.1,::1")
+DEFAULT_EXCEPTION_REPORTER_FILTER = "deploy.debugpage.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 # Public base URL used in Link headers and problem `type` URIs when no request is at hand.
@@ -57,6 +61,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
+    "deploy.debugpage.debug_page_local_only",
     "deploy.middleware.api_input_guard",
     "deploy.middleware.ServiceUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -223,6 +229,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "routing.sweep_batches",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
+    "expire-files": {"task": "routing.expire_files", "schedule": 3600.0},
     "sweep-jobs": {
         "task": "routing.sweep_jobs",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
@@ -241,10 +248,21 @@ if not SIM_TIME_SCALE > 0:
 # A job still queued this long after it was sent is sent again (the broker was down).
 JOB_RESEND_AFTER_SECONDS = float(os.environ.get("JOB_RESEND_AFTER_SECONDS", "30"))
 
+# --- Request bodies ---------------------------------------------------------------------
+# A body the application did not read (a 413 over DATA_UPLOAD_MAX_MEMORY_SIZE, a 401) is
+# read and discarded up to this size so the keep-alive connection stays usable; a larger
+# one, or one stalling this long, closes the connection (deploy/bodydrain.py).
+REQUEST_DRAIN_MAX_BYTES = int(os.environ.get("REQUEST_DRAIN_MAX_BYTES", str(16 * 1024**2)))
+REQUEST_DRAIN_TIMEOUT_SECONDS = float(os.environ.get("REQUEST_DRAIN_TIMEOUT_SECONDS", "10"))
+
 # --- Files ----------------------------------------------------------------------------
 # The bytes an account's files may take in all (inputs and batch outputs); an upload past
 # it is refused with 413 storage-full. 0: no cap.
 FILES_MAX_BYTES_PER_ACCOUNT = int(os.environ.get("FILES_MAX_BYTES_PER_ACCOUNT", str(10 * 1024**3)))
+
+# Days a batch's output and error files are kept (their `expires_at`); then the
+# housekeeping task routing.expire_files deletes their content. 0: kept for good.
+BATCH_OUTPUT_EXPIRES_DAYS = float(os.environ.get("BATCH_OUTPUT_EXPIRES_DAYS", "30"))
 
 # --- Webhooks -------------------------------------------------------------------------
 # Webhook URLs must be https with public destinations (routing.core.urls_safe); an admin

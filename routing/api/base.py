@@ -29,6 +29,14 @@ class ClientAPIView(APIView):
     def account(self):
         return self.request.user.account
 
+    def perform_authentication(self, request):
+        # A method the resource does not serve is a 405 (with Allow) whoever asks,
+        # before the 401 of a missing key.
+        method = request.method.lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            self.http_method_not_allowed(request)
+        super().perform_authentication(request)
+
     def permission_denied(self, request, message=None, code=None):
         if not isinstance(request.user, KeyPrincipal):
             raise NotAuthenticated(HasAccount.message)

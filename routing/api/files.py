@@ -3,6 +3,7 @@ Thin: arguments, then routing.batches.files."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import FileResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -15,6 +16,7 @@ from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.serializers import FileSerializer, FileUploadSerializer
 from routing.batches.files import file_create, file_delete, file_json
+from routing.core.formats import iso
 from routing.models import File
 
 
@@ -114,10 +116,25 @@ class FileContentView(ClientAPIView):
         responses={
             (200, "application/jsonl"): OpenApiResponse(description="JSONL"),
             404: OpenApiResponse(description="Unknown file"),
+            410: OpenApiResponse(
+                description="The file expired (`file-expired`: a batch output past its "
+                "`expires_at`) or its content is gone (`file-gone`)"
+            ),
         }
     )
     def get(self, request, file_id):
         f = own_file(self.account, file_id)
+        if f.expired() or not f.content.name:
+            raise Problem(
+                status_code=410,
+                slug="file-expired",
+                title="File expired",
+                detail=f"The file {f.id} expired at {iso(f.expires_at) if f.expires_at else '?'}; "
+                "batch output and error files are kept "
+                f"{settings.BATCH_OUTPUT_EXPIRES_DAYS:g} days and their content is then "
+                "deleted. Retry the batch to produce it again.",
+                expires_at=iso(f.expires_at) if f.expires_at else None,
+            )
         try:
             fh = f.content.open("rb")
         except OSError as exc:

@@ -282,6 +282,11 @@ class FileSerializer(serializers.Serializer):
     lines = serializers.IntegerField()
     sha256 = serializers.CharField()
     created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="A batch's output or error file: when its content is deleted "
+        "(then GET .../content is a 410 `file-expired`); null: kept.",
+    )
 
 
 class FileUploadSerializer(serializers.Serializer):

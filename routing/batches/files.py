@@ -7,6 +7,7 @@ the OpenAI Batch API: 200 MB and 50,000 requests a file.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import tempfile
@@ -16,6 +17,7 @@ from django.conf import settings
 from django.core.files import File as DjangoFile
 from django.db import transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from routing.core.formats import iso
 from routing.models import Account, Batch, File
@@ -99,8 +101,10 @@ def file_create(*, account: Account, purpose: str, upload, filename: str | None 
 
 
 def files_bytes(account: Account) -> int:
-    """The bytes the account's files take (inputs and batch outputs)."""
-    return File.objects.filter(account=account).aggregate(n=Sum("bytes"))["n"] or 0
+    """The bytes the account's files take (inputs and batch outputs; an expired file
+    whose content is deleted takes none)."""
+    qs = File.objects.filter(account=account).exclude(content="")
+    return qs.aggregate(n=Sum("bytes"))["n"] or 0
 
 
 def _check_room(account: Account, size: int) -> None:
@@ -113,8 +117,18 @@ def _check_room(account: Account, size: int) -> None:
         )
 
 
+EXPIRING_PURPOSES = (File.Purpose.BATCH_OUTPUT, File.Purpose.BATCH_ERROR)
+
+
+def output_expires_at(at=None):
+    """When a batch output or error file written now expires (None: never)."""
+    days = settings.BATCH_OUTPUT_EXPIRES_DAYS
+    return (at or timezone.now()) + dt.timedelta(days=days) if days > 0 else None
+
+
 def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable[bytes]) -> File:
-    """Write a file the service produces (a batch's output or errors), line by line."""
+    """Write a file the service produces (a batch's output or errors, which expire after
+    BATCH_OUTPUT_EXPIRES_DAYS; a retry's input, which does not), line by line."""
     with tempfile.TemporaryFile() as tmp:
         digest = hashlib.sha256()
         size = count = 0
@@ -125,13 +139,26 @@ def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable
             size += len(data)
             count += 1
         tmp.seek(0)
-        return _store(account, purpose, filename, tmp, size, count, digest.hexdigest())
+        expires_at = output_expires_at() if purpose in EXPIRING_PURPOSES else None
+        return _store(
+            account, purpose, filename, tmp, size, count, digest.hexdigest(), expires_at=expires_at
+        )
 
 
-def _store(account, purpose, name, stream, size, lines, sha, *, capped: bool = False) -> File:
+def _store(
+    account, purpose, name, stream, size, lines, sha, *, capped: bool = False, expires_at=None
+) -> File:
     """With `capped` (a client's upload), the account's storage cap is checked again
     under a lock on the account, so concurrent uploads cannot pass it together."""
-    f = File(account=account, purpose=purpose, filename=name, bytes=size, lines=lines, sha256=sha)
+    f = File(
+        account=account,
+        purpose=purpose,
+        filename=name,
+        bytes=size,
+        lines=lines,
+        sha256=sha,
+        expires_at=expires_at,
+    )
     # The content is written before the row; a rollback leaves an orphan file on disk
     # (harmless: its name is the unique id), never a row without content.
     f.content.save(f"{f.id}.jsonl", DjangoFile(stream), save=False)
@@ -178,7 +205,33 @@ def file_delete(f: File) -> None:
         transaction.on_commit(lambda: _remove_content(storage, name))
 
 
+def files_expire_due(at: dt.datetime | None = None, *, limit: int = 1000) -> int:
+    """Delete the content of files past their `expires_at` (batch outputs and errors);
+    the row stays, so the file and its batch still show it, and GET of its content is
+    a 410 `file-expired`. Each file in a transaction of its own, under its row lock; the
+    content goes once that commits. Idempotent: a file whose content is gone is not
+    taken again. At most `limit` files a run (beat runs it every hour); the count."""
+    at = at or timezone.now()
+    due = File.objects.filter(expires_at__lte=at).exclude(content="")
+    done = 0
+    for pk in list(due.values_list("pk", flat=True)[:limit]):
+        with transaction.atomic():
+            row = due.select_for_update().filter(pk=pk).first()
+            if row is None:
+                continue  # deleted or expired meanwhile
+            name, storage = row.content.name, row.content.storage
+            row.content = ""
+            row.save(update_fields=["content"])
+            transaction.on_commit(lambda s=storage, n=name: _remove_content(s, n))
+            done += 1
+    if done:
+        logger.info("expired the content of %d file(s)", done)
+    return done
+
+
 def _remove_content(storage, name: str) -> None:
+    if not name:
+        return  # an expired file: its content is already gone
     try:
         storage.delete(name)
     except OSError:  # the row is gone; an orphan on disk is harmless (a unique name)
@@ -202,4 +255,5 @@ def file_json(f: File) -> dict:
         "lines": f.lines,
         "sha256": f.sha256,
         "created_at": iso(f.created_at),
+        "expires_at": iso(f.expires_at) if f.expires_at else None,
     }

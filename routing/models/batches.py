@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing.models.accounts import Account
@@ -39,12 +40,23 @@ class File(models.Model):
     sha256 = models.CharField(max_length=64)
     content = models.FileField(upload_to=_file_path, max_length=255)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="A batch's output or error file: its content is deleted from then on "
+        "(BATCH_OUTPUT_EXPIRES_DAYS); empty: kept.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.filename})"
+
+    def expired(self, at=None) -> bool:
+        """Past its expiry (its content is deleted, or is about to be)."""
+        return self.expires_at is not None and self.expires_at <= (at or timezone.now())
 
 
 class BatchSchedule(models.Model):

@@ -1,5 +1,5 @@
 """Housekeeping on beat: quota periods, the retirement day, retirement notices and
-their webhook deliveries."""
+their webhook deliveries, expired batch output files."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import random
 
 from celery import shared_task
 
+from routing.batches.files import files_expire_due
 from routing.quota import quota_reset_due
 from routing.retirement.day import retirements_apply_due
 from routing.retirement.notices import (
@@ -38,6 +39,14 @@ def announce_notices() -> int:
     """Notices for announced retirements not yet told (beat, every minute)."""
     reset_connections()
     return notices_announce_due()
+
+
+@shared_task(name="routing.expire_files", ignore_result=True, **RETRY)
+def expire_files() -> int:
+    """Delete the content of batch output and error files past their expiry (beat,
+    every hour; idempotent)."""
+    reset_connections()
+    return files_expire_due()
 
 
 @shared_task(
