@@ -10,6 +10,7 @@ debited by the ledger, never here. Rates: settings.API_THROTTLE_RATES, read per 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import time
@@ -31,17 +32,22 @@ def parse_rate(rate: str) -> tuple[int, int]:
     return int(count), PERIOD_SECONDS[period[0]]
 
 
-def client_ip(request) -> str:
+def client_ip(request) -> str | None:
     """The client's address: REMOTE_ADDR, or, behind TRUSTED_PROXY_COUNT proxies, the
     address the outermost trusted proxy put in X-Forwarded-For (entries further left
-    are the client's own word). Also the address of django-axes' admin lockout."""
-    remote = request.META.get("REMOTE_ADDR") or "unknown"
+    are the client's own word); None when there is no valid address (django-axes stores
+    it in an address column). Also the address of the admin login lockout."""
+    address = request.META.get("REMOTE_ADDR")
     proxies = settings.TRUSTED_PROXY_COUNT
-    if proxies <= 0:
-        return remote
-    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    forwarded = [a for a in forwarded if a]
-    return forwarded[-proxies] if len(forwarded) >= proxies else remote
+    if proxies > 0:
+        forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        forwarded = [a for a in forwarded if a]
+        if len(forwarded) >= proxies:
+            address = forwarded[-proxies]
+    try:
+        return str(ipaddress.ip_address(address or ""))
+    except ValueError:
+        return None
 
 
 def now() -> float:
@@ -61,7 +67,10 @@ class RateThrottle(BaseThrottle):
         account = getattr(request.user, "account", None)
         if account is not None:
             return self.scope, f"account-{account.pk}"
-        return "anon" if self.scope == "account" else self.scope, f"ip-{client_ip(request)}"
+        return (
+            "anon" if self.scope == "account" else self.scope,
+            f"ip-{client_ip(request) or 'unknown'}",
+        )
 
     def allow_request(self, request, view) -> bool:
         if not self.applies(request):

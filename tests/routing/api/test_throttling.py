@@ -137,6 +137,28 @@ def test_behind_a_trusted_proxy_the_forwarded_address_counts(
     assert r.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("meta", "proxies", "expected"),
+    [
+        ({"REMOTE_ADDR": "10.0.0.1"}, 0, "10.0.0.1"),
+        ({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4"}, 0, "10.0.0.1"),
+        ({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "9.9.9.9, 1.2.3.4"}, 1, "1.2.3.4"),
+        ({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "9.9.9.9, 1.2.3.4"}, 2, "9.9.9.9"),
+        ({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4"}, 2, "10.0.0.1"),
+        ({"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "not-an-ip"}, 1, None),
+        ({"REMOTE_ADDR": "::1"}, 0, "::1"),
+        ({}, 0, None),  # a request made up in code (force_login), a unix socket
+        ({"REMOTE_ADDR": ""}, 0, None),
+    ],
+)
+def test_the_client_address(rf, settings, meta, proxies, expected):
+    settings.TRUSTED_PROXY_COUNT = proxies
+    request = rf.get("/")
+    request.META.pop("REMOTE_ADDR", None)
+    request.META.update(meta)
+    assert throttling.client_ip(request) == expected
+
+
 def test_probes_are_never_throttled(client, db, rates):
     rates["anon"] = "1/min"
     for _ in range(3):
