@@ -127,6 +127,8 @@ class HealthSerializer(serializers.Serializer):
 class HealthView(APIView):
     """Database and broker reachability; 503 when either is down."""
 
+    throttle_classes = []  # probes and monitors are never rate limited
+
     @extend_schema(responses={200: HealthSerializer, 503: HealthSerializer})
     def get(self, request):
         report = health_report()
@@ -139,6 +141,8 @@ class HealthView(APIView):
 class PingView(APIView):
     """A bare DRF endpoint (no database, no auth): liveness, and the baseline the quote
     benchmark compares against."""
+
+    throttle_classes = []  # probes and monitors are never rate limited
 
     @extend_schema(responses={200: dict})
     def get(self, request):

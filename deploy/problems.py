@@ -8,6 +8,7 @@ client never sees an HTML error page or a bare `{"detail": ...}`.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from typing import Any
 
@@ -63,7 +64,8 @@ _DRF_TYPES: dict[type, tuple[str, str]] = {
     exceptions.MethodNotAllowed: ("method-not-allowed", "Method not allowed"),
     exceptions.NotAcceptable: ("not-acceptable", "Not acceptable"),
     exceptions.UnsupportedMediaType: ("unsupported-media-type", "Unsupported media type"),
-    exceptions.Throttled: ("too-many-requests", "Too many requests"),
+    # Not "too-many-requests": that is a batch file with too many lines (413).
+    exceptions.Throttled: ("rate-limited", "Rate limit exceeded"),
 }
 
 
@@ -187,6 +189,17 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
                 instance=instance,
                 errors=errors,
             )
+        elif isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+            wait = max(1, math.ceil(exc.wait))
+            body = problem_body(
+                status_code=response.status_code,
+                slug=slug,
+                title=title,
+                detail=f"Too many requests; try again in {wait} seconds.",
+                instance=instance,
+                retry_after_seconds=wait,
+            )
+            response["Retry-After"] = str(wait)
         else:
             body = problem_body(
                 status_code=response.status_code,

@@ -5,7 +5,9 @@ nothing set, the service runs on a bare machine: SQLite under var/ and a filesys
 broker for Celery, so `make run` needs no server.
 """
 
+import datetime as dt
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -55,6 +57,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "catalog",
     "routing",
 ]
@@ -71,6 +74,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Admin login lockout (django-axes): answers the lockout page for a locked login.
+    "axes.middleware.AxesMiddleware",
 ]
 
 if not DEBUG:
@@ -116,6 +121,31 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Caches ---------------------------------------------------------------------------
+# The cache holds the API's throttle counters, so every web process must see the same
+# one: Redis when CACHE_URL (or a redis:// broker) names one, otherwise files under
+# VAR_DIR (the quick start: shared by its processes, no server, no table to create).
+# CACHE_URL=locmem:// keeps it in one process (counts per process).
+CACHE_URL = os.environ.get("CACHE_URL") or (
+    os.environ.get("CELERY_BROKER_URL", "")
+    if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://"))
+    else ""
+)
+if CACHE_URL.startswith(("redis://", "rediss://")):
+    _cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+elif CACHE_URL.startswith("locmem://"):
+    _cache = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+elif CACHE_URL and not CACHE_URL.startswith("file://"):
+    raise RuntimeError("CACHE_URL must be redis://, rediss://, file:///<folder> or locmem://")
+else:
+    _cache = {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": CACHE_URL.removeprefix("file://") or str(VAR_DIR / "cache"),
+        # Counters are a few per account and minute; culling drops entries at random.
+        "OPTIONS": {"MAX_ENTRIES": 20000},
+    }
+CACHES = {"default": {**_cache, "KEY_PREFIX": "mlr"}}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -167,7 +197,43 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "EXCEPTION_HANDLER": "deploy.problems.problem_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # Requests per account (per address without a key), and writes; rates below.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "deploy.throttling.RequestRateThrottle",
+        "deploy.throttling.WriteRateThrottle",
+    ],
 }
+
+
+# --- API throttling -------------------------------------------------------------------
+# Fixed windows counted in the cache (deploy.throttling): an account (or, without a key,
+# a client address) past its rate gets 429 rate-limited with Retry-After. "off" (or 0)
+# turns a rate off; writes (POST, DELETE) and keyless requests default to half the rate.
+def env_rate(name: str, default: str | None) -> str | None:
+    value = os.environ.get(name, default or "off").strip().lower()
+    if value in {"", "0", "off", "none"}:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", value):
+        raise RuntimeError(f"{name} must look like 1200/min (per s, min, hour or day) or off")
+    return value
+
+
+def half_rate(rate: str | None) -> str | None:
+    if rate is None:
+        return None
+    count, period = rate.split("/")
+    return f"{max(1, int(count) // 2)}/{period}"
+
+
+_API_RATE = env_rate("API_THROTTLE_RATE", "1200/min")
+API_THROTTLE_RATES = {
+    "account": _API_RATE,
+    "write": env_rate("API_THROTTLE_WRITE_RATE", half_rate(_API_RATE)),
+    "anon": env_rate("API_THROTTLE_ANON_RATE", half_rate(_API_RATE)),
+}
+# Reverse proxies in front of the service that append the client to X-Forwarded-For;
+# 0: the client is REMOTE_ADDR and X-Forwarded-For is ignored (it could be forged).
+TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Model lifecycle and routing service",
@@ -185,6 +251,10 @@ SPECTACULAR_SETTINGS = {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
         "HealthStatusEnum": ["ok", "degraded"],
     },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "deploy.throttling.document_rate_limits",
+    ],
 }
 
 # --- Celery ------------------------------------------------------------------------
@@ -268,6 +338,25 @@ BATCH_OUTPUT_EXPIRES_DAYS = float(os.environ.get("BATCH_OUTPUT_EXPIRES_DAYS", "3
 # Webhook URLs must be https with public destinations (routing.core.urls_safe); an admin
 # may allow plain http here (a test receiver, a private deployment).
 WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", False)
+
+# --- Admin login lockout (django-axes) -----------------------------------------------
+# ADMIN_LOGIN_FAILURES failed logins for one username from one address lock that pair out
+# for ADMIN_LOCKOUT_MINUTES (attempts during the lockout do not extend it; a successful
+# login clears the count): the real admin, from another address, is never locked out by
+# someone guessing. Unlock early: `manage.py axes_reset_username <name>` or delete the
+# attempt in the admin (Axes > Access attempts).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("ADMIN_LOGIN_FAILURES", "5"))
+AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("ADMIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "deploy.throttling.client_ip"
+AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"  # in routing/templates
+AXES_VERBOSE = False
 
 LOGGING = {
     "version": 1,

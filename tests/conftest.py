@@ -24,6 +24,13 @@ def on_postgres():
 
 
 @pytest.fixture(autouse=True)
+def no_api_throttling(settings):
+    """No test is rate limited by accident: the throttling tests set their own rates
+    (tests/routing/api/test_throttling.py)."""
+    settings.API_THROTTLE_RATES = dict.fromkeys(settings.API_THROTTLE_RATES)
+
+
+@pytest.fixture(autouse=True)
 def fresh_process_caches():
     """Each test starts with empty per-process caches (rows roll back between tests,
     ids do not)."""

@@ -56,6 +56,7 @@ class Stack:
             JOB_SWEEP_SECONDS=1,
             DB_CONN_MAX_AGE=60,
             LOG_LEVEL="INFO",
+            API_THROTTLE_RATE="off",  # end-to-end tests and benchmarks load one account
         )
         run_manage(self.env, "migrate", "--noinput")
         run_manage(self.env, "loadcatalog")
