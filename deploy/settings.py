@@ -175,6 +175,14 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request and response components apart, so a field the server refuses blank says
+    # so (minLength 1) in requests only.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The problem+json responses every operation can give, documented in one place.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "deploy.openapi.add_problem_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
         "HealthStatusEnum": ["ok", "degraded"],
