@@ -182,6 +182,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "deploy.openapi.add_problem_responses",
+        "routing.api.schema.add_links",  # created job/file/batch -> read, cancel, delete
     ],
     "ENUM_NAME_OVERRIDES": {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
