@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs bench-batches clean
+.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ check-migrations: install
 
 schema: install
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+
+## make fuzz: schemathesis against a live server (throwaway SQLite), stateless + stateful
+fuzz: install
+	VENV=$(VENV) bash .ci/schemathesis.sh
 
 deploy-check: install
 	DEBUG=0 SECRET_KEY=$$($(PY) -c 'import secrets;print(secrets.token_urlsafe(50))') \

@@ -19,6 +19,13 @@ class TierSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "rank", "price_multiplier", "speed_vs_standard", "description"]
 
 
+class TierListSerializer(serializers.Serializer):
+    """GET /api/v1/tiers/: every tier, in one list (not paged)."""
+
+    object = serializers.ChoiceField(choices=["list"])
+    data = TierSerializer(many=True)
+
+
 class ModelSummarySerializer(serializers.ModelSerializer):
     """One item of GET /api/v1/models/ (OpenAI list item shape plus lifecycle)."""
 
@@ -27,8 +34,10 @@ class ModelSummarySerializer(serializers.ModelSerializer):
     family = serializers.CharField(source="family.slug")
     status = serializers.SerializerMethodField()
     shutdown_date = serializers.DateField(source="retires_on", allow_null=True)
-    successor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    successor_tier = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    successor = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    successor_tier = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
     created = serializers.SerializerMethodField()
     owned_by = serializers.CharField(source="vendor")
     url = serializers.SerializerMethodField()

@@ -15,20 +15,16 @@ from catalog.lifecycle import (
 )
 from catalog.models import Tier
 from catalog.selectors import ModelNotFound, model_get, model_list
-from catalog.serializers import ModelDetailSerializer, ModelSummarySerializer, TierSerializer
+from catalog.serializers import (
+    ModelDetailSerializer,
+    ModelSummarySerializer,
+    TierListSerializer,
+    TierSerializer,
+)
 from deploy.health import health_report
 from deploy.pagination import ListCursorPagination
 from deploy.problems import Problem
-
-
-def invalid_parameter(name: str, detail: str) -> Problem:
-    return Problem(
-        status_code=400,
-        slug="invalid-parameter",
-        title="Invalid query parameter",
-        detail=detail,
-        parameter=name,
-    )
+from deploy.query import invalid_parameter, query_int, query_value
 
 
 @extend_schema(
@@ -38,7 +34,7 @@ def invalid_parameter(name: str, detail: str) -> Problem:
         OpenApiParameter("vendor", str, description="Vendor name (case-insensitive)."),
         OpenApiParameter(
             "retiring_within_days",
-            int,
+            {"type": "integer", "minimum": 0, "maximum": MAX_RETIRING_WITHIN_DAYS},
             description=f"Only models retiring within N days (0 to {MAX_RETIRING_WITHIN_DAYS}).",
         ),
     ]
@@ -54,24 +50,20 @@ class ModelListView(generics.ListAPIView):
 
     def get_queryset(self):
         self.now = timezone.now()
-        params = self.request.query_params
-        days = params.get("retiring_within_days")
-        if days is not None:
-            try:
-                days = int(days)
-                if not 0 <= days <= MAX_RETIRING_WITHIN_DAYS:
-                    raise ValueError
-            except ValueError:
-                raise invalid_parameter(
-                    "retiring_within_days",
-                    "retiring_within_days must be a whole number from 0 to "
-                    f"{MAX_RETIRING_WITHIN_DAYS}.",
-                ) from None
+        request = self.request
+        days = query_int(
+            request, "retiring_within_days", minimum=0, maximum=MAX_RETIRING_WITHIN_DAYS
+        )
+        status_ = query_value(request, "status")
+        if status_ is not None and status_ not in STATUSES:
+            raise invalid_parameter(
+                "status", f"Unknown status {status_!r}; one of {', '.join(STATUSES)}."
+            )
         try:
             return model_list(
-                status=params.get("status") or None,
-                family=params.get("family") or None,
-                vendor=params.get("vendor") or None,
+                status=status_,
+                family=query_value(request, "family") or None,
+                vendor=query_value(request, "vendor") or None,
                 retiring_within_days=days,
                 at=self.now,
             )
@@ -106,15 +98,12 @@ class ModelDetailView(APIView):
         )
 
 
-class TierListView(generics.ListAPIView):
+class TierListView(APIView):
     """Service tiers, slowest first, with their price multiplier against Standard."""
 
-    serializer_class = TierSerializer
-    queryset = Tier.objects.all()
-    pagination_class = None
-
-    def list(self, request, *args, **kwargs):
-        data = self.get_serializer(self.get_queryset(), many=True).data
+    @extend_schema(responses=TierListSerializer)
+    def get(self, request):
+        data = TierSerializer(Tier.objects.all(), many=True).data
         return Response({"object": "list", "data": data})
 
 

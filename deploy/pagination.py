@@ -7,6 +7,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
 from deploy.problems import Problem
+from deploy.query import query_int, query_value
 
 
 def invalid_cursor() -> Problem:
@@ -27,6 +28,12 @@ class ListCursorPagination(CursorPagination):
     max_page_size = 500
     ordering = "slug"
 
+    def get_page_size(self, request):
+        """`limit`: a whole number of at least 1 (a 400 otherwise, never ignored); above
+        max_page_size it is capped."""
+        limit = query_int(request, self.page_size_query_param, minimum=1)
+        return self.page_size if limit is None else min(limit, self.max_page_size)
+
     def paginate_queryset(self, queryset, request, view=None):
         # A cursor is base64 text a client can forge: one DRF cannot read is a NotFound;
         # its position is checked against the ordering field before any query runs.
@@ -37,6 +44,7 @@ class ListCursorPagination(CursorPagination):
             raise invalid_cursor() from exc
 
     def decode_cursor(self, request):
+        query_value(request, self.cursor_query_param)  # given once
         cursor = super().decode_cursor(request)
         if cursor is None or cursor.position is None:
             return cursor
@@ -71,6 +79,26 @@ class ListCursorPagination(CursorPagination):
                 "previous": self.get_previous_link(),
             }
         )
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {
+                "name": self.cursor_query_param,
+                "required": False,
+                "in": "query",
+                "description": "The `next` or `previous` link's cursor (opaque; one this API "
+                "did not give out is a 400).",
+                "schema": {"type": "string"},
+            },
+            {
+                "name": self.page_size_query_param,
+                "required": False,
+                "in": "query",
+                "description": f"Items per page: {self.page_size} by default, at most "
+                f"{self.max_page_size} (a larger number is capped).",
+                "schema": {"type": "integer", "minimum": 1},
+            },
+        ]
 
     def get_paginated_response_schema(self, schema):
         return {

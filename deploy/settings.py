@@ -247,14 +247,20 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request and response components apart, so a field the server refuses blank says
+    # so (minLength 1) in requests only.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The problem+json responses every operation can give, documented in one place.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "deploy.openapi.add_problem_responses",
+        "routing.api.schema.add_links",  # created job/file/batch -> read, cancel, delete
+        "deploy.throttling.document_rate_limits",  # last: the 429 of throttled operations
+    ],
     "ENUM_NAME_OVERRIDES": {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
         "HealthStatusEnum": ["ok", "degraded"],
     },
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "deploy.throttling.document_rate_limits",
-    ],
 }
 
 # --- Celery ------------------------------------------------------------------------

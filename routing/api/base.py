@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from catalog import lifecycle
 from deploy.pagination import ListCursorPagination
-from deploy.problems import Problem
+from deploy.query import invalid_parameter, query_value
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
 
 
@@ -44,18 +44,13 @@ class ClientAPIView(APIView):
 
 
 def filter_choice(request, qs, name: str, choices):
-    """Filter a list by a query parameter that must be one of `choices` (400 if not)."""
-    wanted = request.query_params.get(name)
-    if not wanted:
+    """Filter a list by a query parameter that must be one of `choices` (400 if not, blank
+    included)."""
+    wanted = query_value(request, name)
+    if wanted is None:
         return qs
     if wanted not in choices:
-        raise Problem(
-            status_code=400,
-            slug="invalid-parameter",
-            title="Invalid query parameter",
-            detail=f"Unknown {name} {wanted!r}; one of {', '.join(choices)}.",
-            parameter=name,
-        )
+        raise invalid_parameter(name, f"Unknown {name} {wanted!r}; one of {', '.join(choices)}.")
     return qs.filter(**{name: wanted})
 
 

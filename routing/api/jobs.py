@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
+from deploy.query import query_value
 from routing.api.base import (
     ClientAPIView,
     NewestFirstPagination,
@@ -63,7 +64,8 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
         parameters=[
             OpenApiParameter(
                 "Idempotency-Key",
-                str,
+                # 1 to 255 characters once surrounding whitespace is stripped
+                {"type": "string", "minLength": 1, "maxLength": 255, "pattern": r"\S"},
                 location=OpenApiParameter.HEADER,
                 description="Makes retries safe: a repeat returns the same job; a "
                 "concurrent duplicate gets 409.",
@@ -111,7 +113,7 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
             "model", "tier", "pool", "package"
         )
         qs = filter_choice(request, qs, "status", Job.Status.values)
-        model = request.query_params.get("model")
+        model = query_value(request, "model")
         if model:
             qs = qs.filter(Q(model__slug=model) | Q(requested_model=model))
         page = self.paginate_queryset(qs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
 
+from deploy.query import query_value
 from routing.api.base import ClientAPIView, NewestFirstPagination
 from routing.api.serializers import NoticeSerializer
 from routing.models import Notice
@@ -24,7 +25,7 @@ class NoticeListView(ClientAPIView, generics.GenericAPIView):
     )
     def get(self, request):
         qs = Notice.objects.filter(account=self.account).select_related("model")
-        model = request.query_params.get("model")
+        model = query_value(request, "model")
         if model:
             qs = qs.filter(model__slug=model)
         page = self.paginate_queryset(qs)

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from catalog.models import ModelVersion
 from routing.api.base import ClientAPIView
-from routing.api.serializers import QuotaPackageSerializer
+from routing.api.serializers import QuotaListSerializer, QuotaPackageSerializer
 from routing.models import QuotaPackage
 
 
@@ -19,7 +19,7 @@ class QuotaView(ClientAPIView, generics.GenericAPIView):
 
     serializer_class = QuotaPackageSerializer
 
-    @extend_schema(responses=QuotaPackageSerializer(many=True))
+    @extend_schema(responses=QuotaListSerializer)
     def get(self, request):
         packages = (
             QuotaPackage.objects.filter(account=self.account)

@@ -10,6 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from routing.batches.params import ENDPOINTS
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
     MAX_PROMPT_CHARS,
@@ -17,10 +18,34 @@ from routing.core.limits import (
     MAX_TOOL_SECONDS,
     MAX_TURNS,
     MIN_DEADLINE_SECONDS,
+    TIER_ALIASES,
+    TIERS,
     tier_word,
 )
 from routing.models import Batch, File, Notice, QuotaPackage
 from routing.retirement.policies import package_retirements
+
+
+# A credit amount a client sends: a JSON number or a decimal string, at most 12 digits
+# before the point and 6 after (DRF reads both; "" or "." is no amount).
+@extend_schema_field(
+    {
+        "anyOf": [
+            {"type": "number", "minimum": 0, "maximum": 999999999999, "multipleOf": 0.000001},
+            {"type": "string", "pattern": r"^[0-9]{1,12}(\.[0-9]{0,6})?$"},
+        ],
+        "nullable": True,
+    }
+)
+class CreditsField(serializers.DecimalField):
+    def __init__(self, **kwargs):
+        super().__init__(max_digits=18, decimal_places=6, min_value=Decimal(0), **kwargs)
+
+
+# A tier word (routing.core.limits.tier_word reads it, case-insensitive).
+@extend_schema_field({"type": "string", "enum": [*TIERS, *TIER_ALIASES], "nullable": True})
+class TierWordField(serializers.CharField):
+    pass
 
 
 class RouteRequestSerializer(serializers.Serializer):
@@ -28,7 +53,11 @@ class RouteRequestSerializer(serializers.Serializer):
 
     model = serializers.CharField(max_length=80, help_text="Slug, family alias (`sol`) or `auto`.")
     input_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
-    output_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
+    output_tokens = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_TASK_TOKENS,
+        help_text=f"At least `turns`; input_tokens + output_tokens at most {MAX_TASK_TOKENS:,}.",
+    )
     turns = serializers.IntegerField(min_value=1, max_value=MAX_TURNS, default=1)
     tool_seconds = serializers.FloatField(min_value=0, max_value=MAX_TOOL_SECONDS, default=0.0)
     deadline_seconds = serializers.FloatField(
@@ -36,16 +65,18 @@ class RouteRequestSerializer(serializers.Serializer):
         max_value=MAX_DEADLINE_SECONDS,
         help_text="Seconds from now; must be > 0.",
     )
-    max_cost = serializers.DecimalField(
-        max_digits=18, decimal_places=6, min_value=Decimal(0), required=False, allow_null=True
-    )
-    tier = serializers.CharField(
+    max_cost = CreditsField(required=False, allow_null=True)
+    tier = TierWordField(
         required=False,
         allow_null=True,
-        help_text="Force a tier: flex, standard (default), priority (fast), ultrafast; auto.",
+        help_text="Force a tier: flex, standard (default), priority (fast), ultrafast; auto "
+        "(case-insensitive).",
     )
     task = serializers.CharField(
-        max_length=80, required=False, allow_null=True, help_text="Task class for model `auto`."
+        max_length=80,
+        required=False,
+        allow_null=True,
+        help_text="Task class; required with model `auto`.",
     )
 
     def validate_tier(self, value):
@@ -152,7 +183,7 @@ class PackageRetirementSerializer(serializers.Serializer):
 
 
 class QuotaPackageSerializer(serializers.ModelSerializer):
-    family = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    family = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     models = serializers.SlugRelatedField(
         source="model_versions", slug_field="slug", many=True, read_only=True
     )
@@ -198,6 +229,13 @@ class QuotaPackageSerializer(serializers.ModelSerializer):
         return PackageRetirementSerializer(
             package_retirements(obj, self.context.get("now") or timezone.now()), many=True
         ).data
+
+
+class QuotaListSerializer(serializers.Serializer):
+    """GET /api/v1/quota: the account's packages in payment order (one list, not paged)."""
+
+    object = serializers.ChoiceField(choices=["list"])
+    data = QuotaPackageSerializer(many=True)
 
 
 class JobRequestSerializer(RouteRequestSerializer):
@@ -298,9 +336,7 @@ class FileUploadSerializer(serializers.Serializer):
 
 class BatchCreateSerializer(serializers.Serializer):
     input_file_id = serializers.CharField(max_length=40)
-    endpoint = serializers.CharField(
-        max_length=40, default="/v1/jobs", help_text="`/v1/jobs` or `/v1/chat/completions`."
-    )
+    endpoint = serializers.ChoiceField(choices=list(ENDPOINTS), default="/v1/jobs")
     completion_window = serializers.CharField(
         max_length=16, default="24h", help_text="30m, 8h, 24h (default), 2d; from 1m to 7d."
     )
@@ -309,7 +345,12 @@ class BatchCreateSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Earliest start: `now` (default) or an ISO 8601 time, at most 31 days ahead.",
     )
-    metadata = serializers.DictField(child=serializers.CharField(), required=False, allow_null=True)
+    metadata = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=512),
+        required=False,
+        allow_null=True,
+        help_text="At most 16 keys (64 characters each) with string values (512).",
+    )
 
 
 class RequestCountsSerializer(serializers.Serializer):

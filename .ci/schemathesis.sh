@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Schemathesis against a live server (issue 13: "the schema tells the truth").
+#
+# Starts gunicorn on a throwaway SQLite database and filesystem broker (production
+# settings, DEBUG off), with the catalog loaded and the demo account's API key, then runs
+# schemathesis twice against /api/v1/schema/:
+#   1. stateless: examples, coverage and fuzzing phases, FUZZ_EXAMPLES examples per
+#      operation (default 40);
+#   2. stateful: the links between operations (create a job/file/batch, then read,
+#      cancel or delete it), for at most FUZZ_STATEFUL_SECONDS (default 30).
+# Every check runs (server errors, status codes, content types, headers, response
+# schemas, negative data rejected, positive data accepted, ...); any failure fails the
+# step. Reports (JUnit, and a pytest file reproducing failures) go to
+# $FUZZ_REPORT_DIR (default test-artifacts/schemathesis).
+#
+# Usage: .ci/schemathesis.sh  (or `make fuzz`); VENV=/path/to/venv to use another venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+BIN=$VENV/bin
+EXAMPLES=${FUZZ_EXAMPLES:-40}
+STATEFUL_SECONDS=${FUZZ_STATEFUL_SECONDS:-30}
+REPORT_DIR=${FUZZ_REPORT_DIR:-test-artifacts/schemathesis}
+SEED=${FUZZ_SEED:-}
+
+work=$(mktemp -d)
+web_pid=
+cleanup() {
+  if [[ -n $web_pid ]]; then
+    kill -TERM "$web_pid" 2>/dev/null || true
+    wait "$web_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$("$BIN/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+unset DATABASE_URL CELERY_BROKER_URL
+export VAR_DIR=$work PORT=$port DEBUG=0 SECURE_SSL_REDIRECT=0 ALLOWED_HOSTS=127.0.0.1
+export SECRET_KEY=fuzz-$RANDOM-$RANDOM-$RANDOM-$RANDOM-$RANDOM-$RANDOM-$RANDOM
+# No throttling in the way of the fuzzer (the variable is ignored where it does not exist).
+export API_THROTTLE_RATE=${API_THROTTLE_RATE:-1000000/second}
+export LOG_LEVEL=${LOG_LEVEL:-ERROR}  # 4xx are the point; a 500 logs its traceback
+mkdir -p "$work/static"
+
+"$BIN/python" manage.py migrate --noinput -v 0
+"$BIN/python" manage.py loadcatalog >/dev/null
+"$BIN/python" manage.py demo_setup >/dev/null
+key=$(grep '^demo api key: ' "$work/demo-credentials.txt" | cut -d' ' -f4)
+
+"$BIN/gunicorn" deploy.wsgi -b "127.0.0.1:$port" -w 2 -k gthread --threads 4 \
+  --log-level warning >"$work/web.log" 2>&1 &
+web_pid=$!
+base="http://127.0.0.1:$port"
+for _ in $(seq 1 60); do
+  curl -fsS -o /dev/null "$base/api/v1/ping" 2>/dev/null && break
+  sleep 0.5
+done
+curl -fsS -o /dev/null "$base/api/v1/ping"
+
+mkdir -p "$REPORT_DIR"
+common=(
+  "$base/api/v1/schema/"
+  -H "Authorization: Bearer $key"
+  --checks all
+  --workers 2
+  --request-timeout 30
+  --generation-database none
+  --no-color
+  ${SEED:+--seed "$SEED"}
+)
+status=0
+echo "--- stateless: $EXAMPLES examples per operation"
+"$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases examples,coverage,fuzzing --max-examples "$EXAMPLES" \
+  --report junit,pytest --report-junit-path "$REPORT_DIR/stateless.xml" \
+  --report-pytest-path "$REPORT_DIR/stateless_repro.py" || status=1
+echo "--- stateful: at most $STATEFUL_SECONDS s"
+"$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases stateful --max-time "$STATEFUL_SECONDS" \
+  --report junit,pytest --report-junit-path "$REPORT_DIR/stateful.xml" \
+  --report-pytest-path "$REPORT_DIR/stateful_repro.py" || status=1
+
+if grep -q 'Traceback' "$work/web.log" 2>/dev/null; then
+  echo "--- the server logged tracebacks:"
+  cat "$work/web.log"
+  status=1
+fi
+exit $status
