@@ -294,7 +294,9 @@ class FileUploadSerializer(serializers.Serializer):
 class BatchCreateSerializer(serializers.Serializer):
     input_file_id = serializers.CharField(max_length=40)
     endpoint = serializers.CharField(
-        max_length=40, default="/v1/jobs", help_text="`/v1/jobs` or `/v1/chat/completions`."
+        max_length=40,
+        default="/v1/jobs",
+        help_text="`/v1/jobs`, `/v1/chat/completions` or `/v1/responses`.",
     )
     completion_window = serializers.CharField(
         max_length=16, default="24h", help_text="30m, 8h, 24h (default), 2d; from 1m to 7d."
