@@ -25,10 +25,23 @@ RETIRED = "gpt-5.3-codex-spark"
 
 
 @pytest.fixture
-def client(live_server, account_with_key) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{live_server.url}/v1", api_key=account_with_key[1], max_retries=0
-    )
+def sdk(live_server):
+    """OpenAI clients of the live server, closed at the end of the test (a kept-alive
+    connection would otherwise outlive the test database's thread sharing)."""
+    made = []
+
+    def make(api_key: str) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=api_key, max_retries=0))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def client(sdk, account_with_key) -> openai.OpenAI:
+    return sdk(account_with_key[1])
 
 
 def chat_lines(n: int, *, model: str = "sol", extra: list[dict] = ()) -> bytes:
@@ -90,8 +103,8 @@ def test_an_unknown_model_is_the_sdks_not_found_error(client):
     assert err.value.type == "invalid_request_error"
 
 
-def test_a_bad_key_is_the_sdks_authentication_error(live_server, builtin_catalog):
-    bad = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="sk-nope", max_retries=0)
+def test_a_bad_key_is_the_sdks_authentication_error(sdk, builtin_catalog):
+    bad = sdk("sk-nope")
     with pytest.raises(openai.AuthenticationError) as err:
         bad.models.list()
     assert err.value.status_code == 401 and err.value.code == "invalid_api_key"
