@@ -81,7 +81,9 @@ class _Models:
                 )
         found = self.cache[ref]
         if isinstance(found, LineRefused):
-            raise found
+            # A fresh exception each time: re-raising one instance would grow its
+            # traceback with every line that names the model.
+            raise LineRefused(str(found), found.code, **found.extra)
         return found
 
 
