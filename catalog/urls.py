@@ -1,11 +1,10 @@
-from django.urls import path
-
 from catalog import views
+from deploy.paths import both
 
 urlpatterns = [
-    path("models/", views.ModelListView.as_view(), name="model-list"),
-    path("models/<str:slug>/", views.ModelDetailView.as_view(), name="model-detail"),
-    path("tiers/", views.TierListView.as_view(), name="tier-list"),
-    path("health", views.HealthView.as_view(), name="health"),
-    path("ping", views.PingView.as_view(), name="ping"),
+    *both("models/", views.ModelListView.as_view(), name="model-list"),
+    *both("models/<str:slug>/", views.ModelDetailView.as_view(), name="model-detail"),
+    *both("tiers/", views.TierListView.as_view(), name="tier-list"),
+    *both("health", views.HealthView.as_view(), name="health"),
+    *both("ping", views.PingView.as_view(), name="ping"),
 ]

@@ -1,6 +1,7 @@
-"""Refuse, before any view or query runs, API requests whose path, query or headers hold
-a NUL character: PostgreSQL refuses NUL in text, so it could only ever end in a 500. A
-NUL in the path names nothing (404); in the query or a header it is bad input (400).
+"""Refuse, before any view or query runs, API requests (/api/, and the OpenAI-compatible
+/v1/ in OpenAI's error envelope) whose path, query or headers hold a NUL character:
+PostgreSQL refuses NUL in text, so it could only ever end in a 500. A NUL in the path
+names nothing (404); in the query or a header it is bad input (400).
 (JSON bodies: routing.api.parsers.) And answer 503 for a plain view under /api/ whose
 database or broker is away (ServiceUnavailableMiddleware)."""
 
@@ -8,16 +9,33 @@ from __future__ import annotations
 
 from urllib.parse import unquote_to_bytes
 
+from django.http import JsonResponse
 from rest_framework import status
 
-from deploy.problems import UNAVAILABLE_ERRORS, problem_response, unavailable_response
+from deploy.problems import (
+    UNAVAILABLE_ERRORS,
+    problem_body,
+    problem_response,
+    unavailable_response,
+)
+from routing.compat.errors import envelope_from_problem
+
+
+def _refusal(request, **problem) -> JsonResponse:
+    """The problem, as problem+json under /api/ or OpenAI's envelope under /v1/."""
+    if request.path.startswith("/v1/"):
+        body = problem_body(**{"instance": None, **problem})
+        status_code = problem["status_code"]
+        return JsonResponse(envelope_from_problem(body, status_code), status=status_code)
+    return problem_response(**problem)
 
 
 def api_input_guard(get_response):
     def middleware(request):
-        if request.path.startswith("/api/"):
+        if request.path.startswith(("/api/", "/v1/")):
             if "\x00" in request.path:
-                return problem_response(
+                return _refusal(
+                    request,
                     status_code=status.HTTP_404_NOT_FOUND,
                     slug="not-found",
                     title="Not found",
@@ -26,7 +44,8 @@ def api_input_guard(get_response):
                 )
             query = request.META.get("QUERY_STRING", "")
             if query and b"\x00" in unquote_to_bytes(query.replace("+", " ")):
-                return problem_response(
+                return _refusal(
+                    request,
                     status_code=status.HTTP_400_BAD_REQUEST,
                     slug="invalid-characters",
                     title="Invalid characters",
@@ -38,7 +57,8 @@ def api_input_guard(get_response):
                 for name, value in request.META.items()
                 if name.startswith("HTTP_") and isinstance(value, str)
             ):
-                return problem_response(
+                return _refusal(
+                    request,
                     status_code=status.HTTP_400_BAD_REQUEST,
                     slug="invalid-characters",
                     title="Invalid characters",

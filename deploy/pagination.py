@@ -1,6 +1,7 @@
 import datetime as dt
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
@@ -20,13 +21,32 @@ def invalid_cursor() -> Problem:
     )
 
 
+def invalid_after(after: str) -> Problem:
+    return Problem(
+        status_code=400,
+        slug="invalid-parameter",
+        title="Invalid query parameter",
+        detail=f"after={after!r} names no item of this list; "
+        "pass the id of the last item of the previous page, or start again without it.",
+        parameter="after",
+    )
+
+
 class ListCursorPagination(CursorPagination):
-    """Cursor pagination in the list shape clients know: {"object": "list", "data": [...]}."""
+    """Cursor pagination in the list shape clients know: {"object": "list", "data": [...],
+    "has_more", "first_id", "last_id"}.
+
+    Two ways to page, the same list either way: the `next` link (DRF's opaque cursor),
+    or OpenAI's `after=<id>` (the items after that one in the list's order, as the
+    `openai` SDK's auto-paging sends). `limit` sets the page size. The ordering ends in a
+    unique field, so `after` neither skips nor repeats items that share a timestamp.
+    """
 
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 500
     ordering = "slug"
+    after_field = "slug"  # the field an item's `id` shows, which `after` names
 
     def get_page_size(self, request):
         """`limit`: a whole number of at least 1 (a 400 otherwise, never ignored); above
@@ -38,10 +58,34 @@ class ListCursorPagination(CursorPagination):
         # A cursor is base64 text a client can forge: one DRF cannot read is a NotFound;
         # its position is checked against the ordering field before any query runs.
         self._model = queryset.model
+        after = request.query_params.get("after")
+        if after:
+            ordering = self.get_ordering(request, queryset, view)
+            queryset = self._after(queryset, after, ordering, self.after_field)
         try:
             return super().paginate_queryset(queryset, request, view)
         except NotFound as exc:
             raise invalid_cursor() from exc
+
+    @staticmethod
+    def _after(queryset, after: str, ordering, after_field: str):
+        """The items strictly after the one whose `after_field` is `after`, in `ordering`
+        (400 if it is not in the list)."""
+        if "\x00" in after:
+            raise invalid_after(after)
+        names = [f.lstrip("-") for f in ordering]
+        try:
+            anchor = queryset.order_by().filter(**{after_field: after}).values(*names).first()
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise invalid_after(after) from exc
+        if anchor is None:
+            raise invalid_after(after)
+        later, same = Q(), Q()
+        for field, name in zip(ordering, names, strict=True):
+            op = "lt" if field.startswith("-") else "gt"
+            later |= same & Q(**{f"{name}__{op}": anchor[name]})
+            same &= Q(**{name: anchor[name]})
+        return queryset.filter(later)
 
     def decode_cursor(self, request):
         query_value(request, self.cursor_query_param)  # given once
@@ -74,6 +118,8 @@ class ListCursorPagination(CursorPagination):
             {
                 "object": "list",
                 "data": data,
+                "first_id": data[0].get("id") if data else None,
+                "last_id": data[-1].get("id") if data else None,
                 "has_more": self.has_next,
                 "next": self.get_next_link(),
                 "previous": self.get_previous_link(),
@@ -107,6 +153,8 @@ class ListCursorPagination(CursorPagination):
             "properties": {
                 "object": {"type": "string", "example": "list"},
                 "data": schema,
+                "first_id": {"type": "string", "nullable": True},
+                "last_id": {"type": "string", "nullable": True},
                 "has_more": {"type": "boolean"},
                 "next": {"type": "string", "nullable": True, "format": "uri"},
                 "previous": {"type": "string", "nullable": True, "format": "uri"},

@@ -14,9 +14,11 @@ from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrinci
 
 
 class NewestFirstPagination(ListCursorPagination):
-    """Jobs, notices, files and batches: newest first."""
+    """Jobs, notices, files and batches: newest first (the id breaks ties, so `after`
+    pages exactly)."""
 
-    ordering = "-created_at"
+    ordering = ("-created_at", "-pk")
+    after_field = "pk"
 
 
 # A view for clients: an API key names the account (401 without one). No docstring on

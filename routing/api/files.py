@@ -7,6 +7,7 @@ from django.conf import settings
 from django.http import FileResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
@@ -109,8 +110,18 @@ class FileDetailView(ClientAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class AnyAccept(DefaultContentNegotiation):
+    """A file's content is JSONL whatever the client says it accepts (the `openai` SDK
+    sends `Accept: application/binary`); an error is rendered by the first renderer (JSON)."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 class FileContentView(ClientAPIView):
     """The file's content (JSONL): a batch's output or errors, or an input."""
+
+    content_negotiation_class = AnyAccept
 
     @extend_schema(
         responses={

@@ -1,5 +1,11 @@
 """The lines of a batch's output file (completed requests, in the OpenAI output shape)
-and of its error file (every request that did not complete)."""
+and of its error file (every request that did not complete).
+
+An output line's `response.body` is the object of the batch's endpoint: a `job.result`
+for /v1/jobs, a `chat.completion` for /v1/chat/completions, a `response` for
+/v1/responses (built by routing.core.openai_shapes, like the live endpoints). The text
+is simulated: an excerpt of at most EXCERPT_WORDS words, while `usage` counts every
+token the request was charged for."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import json
 from collections.abc import Iterator
 
 from catalog.models import ModelVersion, Tier
+from routing.core import openai_shapes
 from routing.core.formats import iso
 from routing.core.synthetic import synthetic_text
 from routing.models import Batch, BatchRequest
@@ -16,6 +23,7 @@ EXCERPT_WORDS = 48
 
 def output_lines(batch: Batch) -> Iterator[bytes]:
     """One line per completed request, in the OpenAI output shape."""
+    body_of = BODIES.get(batch.endpoint, _result_body)
     tiers = dict(Tier.objects.values_list("pk", "slug"))
     models = dict(ModelVersion.objects.values_list("pk", "slug"))
     qs = batch.requests.filter(status=BatchRequest.Status.COMPLETED).order_by("line")
@@ -42,7 +50,7 @@ def output_lines(batch: Batch) -> Iterator[bytes]:
                 "response": {
                     "status_code": 200,
                     "request_id": f"req_{batch.pk.hex[:12]}_{r['line']}",
-                    "body": _result_body(r, models, tiers),
+                    "body": body_of(r, models, tiers),
                 },
                 "error": None,
             }
@@ -74,6 +82,51 @@ def _result_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict
     if r["rerouted_from"]:
         body["rerouted_from"] = r["rerouted_from"]
     return body
+
+
+def _extra(r: dict) -> dict:
+    """Our members on an OpenAI object: the model asked for, the cost, a re-route."""
+    extra = {
+        "requested_model": (r["request"].get("body") or {}).get("model"),
+        "cost": str(r["cost"]),
+    }
+    if r["rerouted_from"]:
+        extra["rerouted_from"] = r["rerouted_from"]
+    return extra
+
+
+def _chat_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
+    """The `chat.completion` of one completed /v1/chat/completions request."""
+    return openai_shapes.chat_completion(
+        id=f"chatcmpl-{r['pk']}",
+        created=openai_shapes.unix(r["finished_at"]),
+        model=models.get(r["model_id"]),
+        service_tier=openai_shapes.service_tier_word(tiers.get(r["tier_id"])),
+        tier=tiers.get(r["tier_id"]),
+        text=synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
+        prompt_tokens=r["input_tokens"],
+        completion_tokens=r["output_tokens"],
+        **_extra(r),
+    )
+
+
+def _response_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
+    """The `response` of one completed /v1/responses request."""
+    return openai_shapes.response_object(
+        id=f"resp_{r['pk']}",
+        created=openai_shapes.unix(r["started_at"] or r["finished_at"]),
+        model=models.get(r["model_id"]),
+        service_tier=openai_shapes.service_tier_word(tiers.get(r["tier_id"])),
+        tier=tiers.get(r["tier_id"]),
+        text=synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
+        input_tokens=r["input_tokens"],
+        output_tokens=r["output_tokens"],
+        **_extra(r),
+    )
+
+
+# The body of an output line by the batch's endpoint (anything else: a job.result).
+BODIES = {"/v1/chat/completions": _chat_body, "/v1/responses": _response_body}
 
 
 def error_lines(batch: Batch) -> Iterator[bytes]:

@@ -7,7 +7,7 @@ import re
 
 from routing.batches.errors import BatchError
 
-ENDPOINTS = ("/v1/jobs", "/v1/chat/completions")
+ENDPOINTS = ("/v1/jobs", "/v1/chat/completions", "/v1/responses")
 MIN_WINDOW_SECONDS = 60.0
 MAX_WINDOW_SECONDS = 7 * 86400.0
 MAX_START_AHEAD = dt.timedelta(days=31)

@@ -50,29 +50,56 @@ class Parsed:
             self.file_errors[-1]["more"] = True
 
 
+class LineRefused(ValueError):
+    """A line's body cannot run: `code` and `extra` members go to its error entry."""
+
+    def __init__(self, message: str, code: str = "invalid_request", **extra):
+        super().__init__(message)
+        self.code, self.extra = code, extra
+
+
 class _Models:
     """Model references resolved once per batch (the same few names repeat)."""
 
     def __init__(self, account: Account, at: dt.datetime):
         self.account, self.at = account, at
-        self.cache: dict[str, tuple[ModelVersion | None, str | None]] = {}
+        self.cache: dict[str, ModelVersion | LineRefused] = {}
 
-    def get(self, ref: str) -> tuple[ModelVersion | None, str | None]:
+    def get(self, ref: str) -> ModelVersion:
+        """The model `ref` runs on, or LineRefused saying why it cannot."""
         if ref not in self.cache:
             try:
                 res = resolve_for_routing(ref, auto_migrate=self.account.auto_migrate, at=self.at)
-                self.cache[ref] = (res.model, None)
+                self.cache[ref] = res.model
             except ModelUnknown:
-                self.cache[ref] = (None, f"Unknown model {ref!r}.")
+                self.cache[ref] = LineRefused(f"Unknown model {ref!r}.")
             except ModelRetired as exc:
-                succ = f"; use {exc.successor.slug}" if exc.successor else ""
-                self.cache[ref] = (None, f"Model {exc.model.slug} is retired{succ}.")
+                self.cache[ref] = retired_refusal(exc)
             except ModelNotServing as exc:
-                self.cache[ref] = (
-                    None,
-                    f"Model {exc.model.slug} is not serving yet ({exc.status}).",
+                self.cache[ref] = LineRefused(
+                    f"Model {exc.model.slug} is not serving yet ({exc.status})."
                 )
-        return self.cache[ref]
+        found = self.cache[ref]
+        if isinstance(found, LineRefused):
+            # A fresh exception each time: re-raising one instance would grow its
+            # traceback with every line that names the model.
+            raise LineRefused(str(found), found.code, **found.extra)
+        return found
+
+
+def retired_refusal(exc: ModelRetired) -> LineRefused:
+    """A retired model's line error: the successor and its tier in the message and as
+    members (code `model_retired`)."""
+    succ = exc.successor.slug if exc.successor else None
+    tier = exc.tier.slug if exc.tier else None
+    use = f"; use {succ}" + (f" on {tier}" if tier else "") if succ else ""
+    return LineRefused(
+        f"Model {exc.model.slug} is retired{use}.",
+        "model_retired",
+        model=exc.model.slug,
+        successor=succ,
+        successor_tier=tier,
+    )
 
 
 def _int_field(body: dict, name: str, lo: int, hi: int, default=None) -> int:
@@ -84,6 +111,10 @@ def _int_field(body: dict, name: str, lo: int, hi: int, default=None) -> int:
 
 def _task_shape(endpoint: str, body: dict) -> tuple[int, int, int, float]:
     """(input_tokens, output_tokens, turns, tool_seconds) of a line's body."""
+    if endpoint == "/v1/responses":
+        inp = openai_shapes.tokens_of(openai_shapes.input_text(body.get("input"), "body.input"))
+        out = _int_field(body, "max_output_tokens", 1, MAX_TASK_TOKENS, default=1024)
+        return inp, out, 1, 0.0
     if endpoint == "/v1/chat/completions":
         inp = openai_shapes.tokens_of(
             openai_shapes.messages_text(body.get("messages"), "body.messages")
@@ -188,7 +219,8 @@ def _request_row(
         model, shape = _runnable_body(batch.endpoint, obj.get("body"), models)
     except ValueError as exc:
         row.status = BatchRequest.Status.FAILED
-        row.error = error_entry("invalid_request", str(exc), number, None, cid)
+        refused = exc if isinstance(exc, LineRefused) else LineRefused(str(exc))
+        row.error = error_entry(refused.code, str(exc), number, None, cid) | refused.extra
         row.finished_at = at
         return row, False
     row.model_id = model.pk
@@ -206,9 +238,7 @@ def _runnable_body(
     if not isinstance(ref, str) or not ref:
         raise ValueError("body.model is required.")
     shape = _task_shape(endpoint, body)
-    model, why = models.get(ref)
-    if model is None:
-        raise ValueError(why)
+    model = models.get(ref)
     tokens = shape[0] + shape[1]
     if tokens > model.context_window:
         raise ValueError(

@@ -1,5 +1,5 @@
 """What every /v1/ view shares: the native API's key authentication, and errors in
-OpenAI's envelope instead of problem+json."""
+OpenAI's envelope instead of problem+json. Not part of the native OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -8,5 +8,7 @@ from routing.compat.errors import openai_exception_handler
 
 
 class CompatAPIView(ClientAPIView):
+    schema = None  # the /v1/ surface is OpenAI's API, documented by OpenAI and the README
+
     def get_exception_handler(self):
         return openai_exception_handler

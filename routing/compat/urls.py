@@ -6,9 +6,23 @@ from __future__ import annotations
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
+from deploy.paths import both
+from routing.compat import batches, files, models
 from routing.compat.errors import not_found
 
 urlpatterns = [
+    *both("models", models.ModelListView.as_view(), name="oai-model-list"),
+    *both("models/<str:model_id>", models.ModelDetailView.as_view(), name="oai-model-detail"),
+    *both("files", files.FileListView.as_view(), name="oai-file-list"),
+    *both("files/<str:file_id>", files.FileDetailView.as_view(), name="oai-file-detail"),
+    *both("files/<str:file_id>/content", files.FileContentView.as_view(), name="oai-file-content"),
+    *both("batches", batches.BatchListView.as_view(), name="oai-batch-list"),
+    *both("batches/<str:batch_id>", batches.BatchDetailView.as_view(), name="oai-batch-detail"),
+    *both(
+        "batches/<str:batch_id>/cancel",
+        batches.BatchCancelView.as_view(),
+        name="oai-batch-cancel",
+    ),
     # ... routes go above this line; unknown /v1/ paths: a JSON 404 for every method.
     re_path(r"^.*$", csrf_exempt(not_found)),
 ]

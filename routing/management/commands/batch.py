@@ -57,7 +57,11 @@ class Command(BaseCommand):
         s.add_argument("--account", help="Account name (default: the only account).")
         s.add_argument("--window", default="24h", help="Completion window: 30m, 8h, 24h, 2d.")
         s.add_argument("--start-at", default="now", help="'now' (default) or an ISO 8601 time.")
-        s.add_argument("--endpoint", default="/v1/jobs", help="/v1/jobs or /v1/chat/completions.")
+        s.add_argument(
+            "--endpoint",
+            default="/v1/jobs",
+            help="/v1/jobs, /v1/chat/completions or /v1/responses.",
+        )
         s.add_argument(
             "--metadata",
             nargs="+",
