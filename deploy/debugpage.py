@@ -85,7 +85,8 @@ class CredentialsFilter(SafeExceptionReporterFilter):
 
     def cleanse_setting(self, key, value):
         cleansed = super().cleanse_setting(key, value)
-        if isinstance(cleansed, str) and URL_WITH_PASSWORD.search(cleansed):
+        # str(): a lazy object (django-axes' settings) passes isinstance but is no str
+        if isinstance(cleansed, str) and URL_WITH_PASSWORD.search(str(cleansed)):
             return self.cleansed_substitute
         if isinstance(key, str) and key.upper() == "DATABASES" and isinstance(cleansed, dict):
             # Django already hides PASSWORD; OPTIONS may hold a libpq "password" or a DSN.
@@ -108,7 +109,7 @@ class CredentialsFilter(SafeExceptionReporterFilter):
 
     def _cleanse_local(self, value):
         if isinstance(value, str | bytes):
-            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
             if URL_WITH_PASSWORD.search(text):
                 return self.cleansed_substitute
         return value

@@ -18,6 +18,7 @@ def _alias(view):
     def alias(request, *args, **kwargs):
         return view(request, *args, **kwargs)
 
+    alias.__wrapped__ = view  # for tools that walk the URLconf (not `cls`: see above)
     return alias
 
 

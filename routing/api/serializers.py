@@ -336,7 +336,13 @@ class FileUploadSerializer(serializers.Serializer):
 
 class BatchCreateSerializer(serializers.Serializer):
     input_file_id = serializers.CharField(max_length=40)
-    endpoint = serializers.ChoiceField(choices=list(ENDPOINTS), default="/v1/jobs")
+    endpoint = serializers.ChoiceField(
+        choices=list(ENDPOINTS),
+        default="/v1/jobs",
+        error_messages={
+            "invalid_choice": f'"{{input}}" is not batchable; use one of {", ".join(ENDPOINTS)}.'
+        },
+    )
     completion_window = serializers.CharField(
         max_length=16, default="24h", help_text="30m, 8h, 24h (default), 2d; from 1m to 7d."
     )
