@@ -67,9 +67,11 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-if not DEBUG:
-    # Production serves the admin's static files itself (after `collectstatic`).
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# The web server serves the admin's static files itself: after `collectstatic` in
+# production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
+# static view).
+MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "deploy.urls"
 WSGI_APPLICATION = "deploy.wsgi.application"
