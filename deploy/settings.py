@@ -70,7 +70,7 @@ MIDDLEWARE = [
 # The web server serves the admin's static files itself: after `collectstatic` in
 # production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
 # static view).
-MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+MIDDLEWARE.insert(1, "deploy.middleware.StaticFilesMiddleware")  # WhiteNoise, sync and async
 WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "deploy.urls"
