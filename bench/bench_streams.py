@@ -11,7 +11,7 @@ uvicorn workers, ASGI, on SQLite, as deploy/run.sh starts it):
    open stream), how many streams finished with [DONE] and the full usage, none
    dropped, and the server's CPU time per stream.
 
-Usage: .venv/bin/python bench/bench_streams.py [--streams 200] [--stream-seconds 15]
+Usage: .venv/bin/python bench/bench_streams.py [--streams 200] [--stream-seconds 60]
        [--workers 2] [--requests 300]
 Not a test: nothing is asserted; figures are printed (README "Serving: ASGI").
 """
@@ -77,6 +77,27 @@ def serve(env: dict, workers: int):
     return web, port
 
 
+def warm_up(port: int, key: str, n: int) -> None:
+    """`n` concurrent small completions, so every worker has imported and cached what
+    a request needs before memory is measured."""
+    import concurrent.futures
+
+    def one(_):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        body = json.dumps({"model": "sol", "messages": MESSAGES, "max_tokens": 1})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=body,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        conn.getresponse().read()
+        conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        list(pool.map(one, range(n)))
+
+
 def percentile(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(p * len(values)))]
@@ -117,13 +138,13 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
     client = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{port}/v1", api_key=key, http_client=http, max_retries=0
     )
-    opened = asyncio.Event()
-    first_seen = 0
-    peak = {"rss": 0.0}
+    active = 0  # streams between their first chunk and their end
+    done = asyncio.Event()
+    peak = {"active": 0, "rss": 0.0, "at": 0.0}
 
     async def one(i: int) -> tuple[bool, int]:
-        nonlocal first_seen
-        got_first = False
+        nonlocal active
+        streaming = False
         try:
             stream = await client.chat.completions.create(
                 model="sol",
@@ -135,11 +156,9 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
             )
             usage = None
             async for chunk in stream:
-                if not got_first:
-                    got_first = True
-                    first_seen += 1
-                    if first_seen == n:
-                        opened.set()
+                if not streaming:
+                    streaming = True
+                    active += 1
                 if chunk.usage:
                     usage = chunk.usage.completion_tokens
             return usage == tokens, 0
@@ -147,21 +166,21 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
             print(f"  stream {i}: {type(exc).__name__}: {exc}")
             return False, 1
         finally:
-            if not got_first:
-                first_seen += 1
-                if first_seen == n:
-                    opened.set()
+            if streaming:
+                active -= 1
 
     async def watch():
-        await opened.wait()
-        await asyncio.sleep(1.0)
-        peak["rss"] = rss_mb(web_pgid)
-        peak["at"] = time.monotonic()
+        # Sample every half second; keep the moment most streams were open at once.
+        while not done.is_set():
+            await asyncio.sleep(0.5)
+            if active >= peak["active"]:
+                peak.update(active=active, rss=rss_mb(web_pgid), at=time.monotonic() - t0)
 
     t0 = time.monotonic()
     cpu0 = cpu_seconds(web_pgid)
     watcher = asyncio.create_task(watch())
     results = await asyncio.gather(*(one(i) for i in range(n)))
+    done.set()
     await watcher
     elapsed = time.monotonic() - t0
     await client.close()
@@ -169,7 +188,8 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
         "ok": sum(1 for ok, _ in results if ok),
         "errors": sum(e for _, e in results),
         "elapsed": elapsed,
-        "all_open_after": peak["at"] - t0 - 1.0,
+        "peak": peak["active"],
+        "peak_at": peak["at"],
         "rss_during": peak["rss"],
         "cpu": cpu_seconds(web_pgid) - cpu0,
     }
@@ -178,7 +198,7 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--streams", type=int, default=200)
-    ap.add_argument("--stream-seconds", type=float, default=15.0)
+    ap.add_argument("--stream-seconds", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--requests", type=int, default=300)
     args = ap.parse_args()
@@ -221,6 +241,7 @@ def main() -> None:
     tokens = int(args.stream_seconds * STANDARD_TOKENS_PER_SECOND)
     web, port = serve({**base_env, "SIM_TIME_SCALE": "1"}, args.workers)
     try:
+        warm_up(port, key, 8 * args.workers)
         before = rss_mb(web.pid)
         print(
             f"streams: {args.streams} concurrent AsyncOpenAI streams, {tokens} tokens each "
@@ -231,8 +252,11 @@ def main() -> None:
         after = rss_mb(web.pid)
     finally:
         web.kill()
-    per = (res["rss_during"] - before) / args.streams * 1024
-    print(f"  all {args.streams} open (first chunk received) after {res['all_open_after']:.1f} s")
+    per = (res["rss_during"] - before) / max(1, res["peak"]) * 1024
+    print(
+        f"  streaming at once (first chunk received, not yet ended): peak "
+        f"{res['peak']}/{args.streams}, {res['peak_at']:.1f} s after the first request"
+    )
     print(
         f"  finished with [DONE] and full usage: {res['ok']}/{args.streams}; "
         f"dropped or failed: {res['errors']}"
@@ -240,7 +264,7 @@ def main() -> None:
     print(f"  wall time for all: {res['elapsed']:.1f} s")
     print(
         f"  server RSS (gunicorn + {args.workers} workers): before {before:.0f} MB, "
-        f"with all streams open {res['rss_during']:.0f} MB, after {after:.0f} MB: "
+        f"at the peak {res['rss_during']:.0f} MB, after {after:.0f} MB: "
         f"{per:.0f} KB per open stream"
     )
     print(

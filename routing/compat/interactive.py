@@ -29,7 +29,7 @@ from routing.api.errors import domain_problems
 from routing.compat import params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
-from routing.core.openai_shapes import unix
+from routing.core.openai_shapes import service_tier_word, unix
 from routing.jobs.interactive import (
     Interactive,
     interactive_abandon,
@@ -162,10 +162,11 @@ def _chat_body(req: params.Interactive, job: Job) -> dict:
         id=f"chatcmpl-{cid}",
         created=created,
         model=job.model.slug,
-        service_tier=job.tier.slug,
+        service_tier=service_tier_word(job.tier.slug),
         text=synthetic_output(job),
         prompt_tokens=job.input_tokens,
         completion_tokens=job.output_tokens,
+        tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=req.metadata or None,
     )
@@ -178,11 +179,12 @@ def _response_body(req: params.Interactive, job: Job, status: str = "completed")
         id=f"resp_{rid}",
         created=created,
         model=job.model.slug,
-        service_tier=job.tier.slug,
+        service_tier=service_tier_word(job.tier.slug),
         text=synthetic_output(job) if done else "",
         input_tokens=job.input_tokens,
         output_tokens=job.output_tokens if done else 0,
         status=status,
+        tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=req.metadata or {},
         max_output_tokens=job.output_tokens,
@@ -236,7 +238,7 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         "id": f"chatcmpl-{cid}",
         "created": created,
         "model": job.model.slug,
-        "service_tier": job.tier.slug,
+        "service_tier": service_tier_word(job.tier.slug),
     }
     first = True
     async for piece in _paced(started):

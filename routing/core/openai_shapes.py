@@ -176,3 +176,15 @@ def response_object(
         "simulated": True,
         **extra,
     }
+
+
+# Our tier slug -> the `service_tier` word of OpenAI's objects. Standard is OpenAI's
+# "default" (the SDK's ChatCompletion model refuses "standard"); flex and priority are
+# the same words; ultrafast is ours (the Responses model knows it; a strict
+# ChatCompletion.model_validate does not). The slug itself is in the `tier` member.
+OPENAI_TIER_WORDS = {"standard": "default"}
+
+
+def service_tier_word(tier_slug: str | None) -> str | None:
+    """The `service_tier` an OpenAI object shows for the tier that served it."""
+    return OPENAI_TIER_WORDS.get(tier_slug, tier_slug) if tier_slug else tier_slug
