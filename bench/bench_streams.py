@@ -173,7 +173,7 @@ async def streams(port: int, key: str, n: int, tokens: int, web_pgid: int) -> di
         # Sample every half second; keep the moment most streams were open at once.
         while not done.is_set():
             await asyncio.sleep(0.5)
-            if active >= peak["active"]:
+            if active > peak["active"]:  # the first moment of the peak
                 peak.update(active=active, rss=rss_mb(web_pgid), at=time.monotonic() - t0)
 
     t0 = time.monotonic()
@@ -255,7 +255,7 @@ def main() -> None:
     per = (res["rss_during"] - before) / max(1, res["peak"]) * 1024
     print(
         f"  streaming at once (first chunk received, not yet ended): peak "
-        f"{res['peak']}/{args.streams}, {res['peak_at']:.1f} s after the first request"
+        f"{res['peak']}/{args.streams}, reached {res['peak_at']:.1f} s after the first request"
     )
     print(
         f"  finished with [DONE] and full usage: {res['ok']}/{args.streams}; "
