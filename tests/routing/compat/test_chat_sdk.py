@@ -231,7 +231,7 @@ def test_a_client_that_leaves_mid_stream_pays_only_for_what_was_generated(live):
     job_id = None
     for chunk in stream:
         job_id = job_id_of(chunk.id)
-        got += len(chunk.choices[0].delta.content.split(" "))
+        got += len(chunk.choices[0].delta.content.split())
         if got >= 100:
             break
     stream.close()  # the connection goes; the server notices and settles
