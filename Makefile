@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches clean
+.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench-jobs: install
 ## validating and planning 50,000 lines, then a batch through real workers (throwaway servers)
 bench-batches: install
 	$(PY) bench/bench_batches.py
+
+## chat completion latency vs a bare endpoint, 200 concurrent streams (ASGI web server, SQLite)
+bench-streams: install
+	$(PY) bench/bench_streams.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

@@ -1,6 +1,16 @@
+"""The ASGI entry point: gunicorn with uvicorn workers serves it (deploy/run.sh,
+`-k uvicorn_worker.UvicornWorker`), so a slow stream (/v1/chat/completions with
+`stream: true`) is a coroutine rather than a thread or a process.
+
+Under ASGI Django keeps a request's database connection in that request's context,
+so a persistent connection (CONN_MAX_AGE > 0) is never reused by the next request and
+only piles up: the web process closes connections at the end of each request
+(Celery workers, started separately, keep theirs)."""
+
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
+os.environ["DB_CONN_MAX_AGE"] = "0"
 application = get_asgi_application()

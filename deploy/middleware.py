@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from urllib.parse import unquote_to_bytes
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import JsonResponse
+from django.utils.decorators import sync_and_async_middleware
+from django.utils.deprecation import MiddlewareMixin
 from rest_framework import status
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from deploy.problems import (
     UNAVAILABLE_ERRORS,
@@ -30,58 +34,93 @@ def _refusal(request, **problem) -> JsonResponse:
     return problem_response(**problem)
 
 
+@sync_and_async_middleware
 def api_input_guard(get_response):
+    # Sync and async: under ASGI a sync-only middleware costs every request thread hops.
+    if iscoroutinefunction(get_response):
+
+        async def amiddleware(request):
+            return _refused(request) or await get_response(request)
+
+        return amiddleware
+
     def middleware(request):
-        if request.path.startswith(("/api/", "/v1/")):
-            if "\x00" in request.path:
-                return _refusal(
-                    request,
-                    status_code=status.HTTP_404_NOT_FOUND,
-                    slug="not-found",
-                    title="Not found",
-                    detail="Nothing at a path that holds a NUL character.",
-                    instance=request.path.replace("\x00", "\\u0000"),
-                )
-            query = request.META.get("QUERY_STRING", "")
-            if query and b"\x00" in unquote_to_bytes(query.replace("+", " ")):
-                return _refusal(
-                    request,
-                    status_code=status.HTTP_400_BAD_REQUEST,
-                    slug="invalid-characters",
-                    title="Invalid characters",
-                    detail="A query parameter holds a NUL character (%00).",
-                    instance=request.path,
-                )
-            if any(
-                "\x00" in value
-                for name, value in request.META.items()
-                if name.startswith("HTTP_") and isinstance(value, str)
-            ):
-                return _refusal(
-                    request,
-                    status_code=status.HTTP_400_BAD_REQUEST,
-                    slug="invalid-characters",
-                    title="Invalid characters",
-                    detail="A request header holds a NUL character.",
-                    instance=request.path,
-                )
-        return get_response(request)
+        return _refused(request) or get_response(request)
 
     return middleware
 
 
-class ServiceUnavailableMiddleware:
+def _refused(request):
+    """The 404/400 refusal of an API request holding a NUL character, else None."""
+    if not request.path.startswith(("/api/", "/v1/")):
+        return None
+    if "\x00" in request.path:
+        return _refusal(
+            request,
+            status_code=status.HTTP_404_NOT_FOUND,
+            slug="not-found",
+            title="Not found",
+            detail="Nothing at a path that holds a NUL character.",
+            instance=request.path.replace("\x00", "\\u0000"),
+        )
+    query = request.META.get("QUERY_STRING", "")
+    if query and b"\x00" in unquote_to_bytes(query.replace("+", " ")):
+        return _refusal(
+            request,
+            status_code=status.HTTP_400_BAD_REQUEST,
+            slug="invalid-characters",
+            title="Invalid characters",
+            detail="A query parameter holds a NUL character (%00).",
+            instance=request.path,
+        )
+    if any(
+        "\x00" in value
+        for name, value in request.META.items()
+        if name.startswith("HTTP_") and isinstance(value, str)
+    ):
+        return _refusal(
+            request,
+            status_code=status.HTTP_400_BAD_REQUEST,
+            slug="invalid-characters",
+            title="Invalid characters",
+            detail="A request header holds a NUL character.",
+            instance=request.path,
+        )
+    return None
+
+
+class ServiceUnavailableMiddleware(MiddlewareMixin):
     """A plain (non-DRF) view under /api/ whose database or broker is away answers the
     same 503 problem as the DRF views (deploy.problems.UNAVAILABLE_ERRORS), even with
-    DEBUG on; DRF views answer it from their exception handler."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
-        return self.get_response(request)
+    DEBUG on; DRF views answer it from their exception handler. (MiddlewareMixin: sync
+    and async.)"""
 
     def process_exception(self, request, exception):
         if request.path.startswith("/api/") and isinstance(exception, UNAVAILABLE_ERRORS):
             return unavailable_response(exception, request.path)
         return None
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise (the admin's static files), sync and async: WhiteNoise itself is
+    sync-only, which under ASGI would cost every request two thread hops."""
+
+    sync_capable = async_capable = True
+
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        return super().__call__(request)
+
+    async def _acall(self, request):
+        path = request.path_info
+        found = self.find_file(path) if self.autorefresh else self.files.get(path)
+        if found is not None:
+            return await sync_to_async(self.serve)(found, request)
+        return await self.get_response(request)

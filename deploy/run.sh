@@ -59,7 +59,10 @@ start() { # worker | beat | web
   case $name in
     worker) cmd=("$CELERY" -A deploy worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}") ;;
     beat) cmd=("$CELERY" -A deploy beat --loglevel=INFO --pidfile=) ;;
-    web) cmd=("$PY" manage.py runserver --noreload "$HOST:$PORT") ;;
+    # ASGI (uvicorn workers under gunicorn): a streaming chat completion holds a
+    # coroutine, not a thread (README "Serving: ASGI").
+    web) cmd=("$PY" -m gunicorn deploy.asgi:application -k uvicorn_worker.UvicornWorker
+      -b "$HOST:$PORT" -w "${WEB_WORKERS:-2}" --graceful-timeout "$STOP_GRACE_SECONDS") ;;
   esac
   if [[ $name == web ]]; then
     $SETSID "${cmd[@]}" &

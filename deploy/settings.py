@@ -78,9 +78,11 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-if not DEBUG:
-    # Production serves the admin's static files itself (after `collectstatic`).
-    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+# The web server serves the admin's static files itself: after `collectstatic` in
+# production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
+# static view).
+MIDDLEWARE.insert(1, "deploy.middleware.StaticFilesMiddleware")  # WhiteNoise, sync and async
+WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "deploy.urls"
 WSGI_APPLICATION = "deploy.wsgi.application"

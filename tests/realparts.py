@@ -10,7 +10,7 @@ Registered as a plugin by tests/conftest.py (`pytest_plugins = ["tests.realparts
 
     fixtures  redis_server, postgres_server, services, real_project
     helpers   free_port, RedisServer, PostgresServer, ServiceProcess, start_worker,
-              start_beat, project_env, run_manage, send_task, group_pids, pid_alive
+              start_beat, start_web, web_argv, project_env, run_manage, send_task, group_pids, pid_alive
 
 Cleanup happens three ways: the fixtures stop and delete what they started (also when
 the test fails); an atexit hook kills whatever is still alive when the test process
@@ -930,6 +930,38 @@ def start_worker(
     argv += list(extra_args)
     return ServiceProcess(
         argv, env=env, name=name, log_path=_log_path(env, log_dir, name), ready_marker="ready."
+    )
+
+
+def web_argv(host: str, port: int, *, workers: int = 1) -> list[str]:
+    """The web server as deploy/run.sh starts it: gunicorn with uvicorn workers on the
+    ASGI application (async views: streaming chat completions)."""
+    return [
+        str(BIN_DIR / "python"), "-m", "gunicorn",
+        "deploy.asgi:application",
+        "-k", "uvicorn_worker.UvicornWorker",
+        "-b", f"{host}:{port}",
+        "-w", str(workers),
+    ]  # fmt: skip
+
+
+def start_web(
+    env: dict[str, str],
+    port: int,
+    *,
+    workers: int = 1,
+    name: str = "web",
+    extra_args: Iterable[str] = (),
+    log_dir: str | Path | None = None,
+) -> ServiceProcess:
+    """The web server (`web_argv`) in the repo root with `env` (migrated database);
+    ready when a worker has started its application."""
+    return ServiceProcess(
+        [*web_argv(HOST, port, workers=workers), *extra_args],
+        env=env,
+        name=name,
+        log_path=_log_path(env, log_dir, name),
+        ready_marker="Application startup complete",
     )
 
 

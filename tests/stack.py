@@ -8,15 +8,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 
 from tests.realparts import (
-    BIN_DIR,
     ServiceProcess,
     free_port,
     project_env,
     run_manage,
     start_beat,
+    start_web,
     start_worker,
 )
 
@@ -71,24 +70,8 @@ class Stack:
         self.beat: ServiceProcess | None = None
 
     def _start_web(self) -> ServiceProcess:
-        argv = [
-            str(BIN_DIR / "gunicorn"),
-            "deploy.wsgi",
-            "-b",
-            f"127.0.0.1:{self.port}",
-            "-w",
-            "1",
-            "-k",
-            "gthread",
-            "--threads",
-            "4",
-            "--log-level",
-            "info",
-        ]
-        log = Path(self.env["VAR_DIR"]) / "log" / "web.log"
-        web = ServiceProcess(
-            argv, env=self.env, name="web", log_path=log, ready_marker="Booting worker"
-        )
+        # As deploy/run.sh starts it: gunicorn with uvicorn workers (ASGI).
+        web = start_web(self.env, self.port, workers=self.web_workers)
         self.procs.append(web)
         web.wait_ready(30)
         return web

@@ -23,6 +23,7 @@ from routing.batches.files import FileRejected
 from routing.jobs.errors import (
     IdempotencyConflict,
     IdempotencyMismatch,
+    InteractiveFailed,
     JobNotCancellable,
     NoTierChosen,
 )
@@ -49,6 +50,7 @@ FIXED_PROBLEMS: dict[type[Exception], tuple[int, str, str]] = {
     IdempotencyConflict: (409, "idempotency-conflict", "Duplicate request in progress"),
     IdempotencyMismatch: (422, "idempotency-key-reused", "Idempotency-Key reused"),
     JobNotCancellable: (409, "job-not-cancellable", "Job cannot be cancelled"),
+    InteractiveFailed: (422, "cannot-run", "The simulated engine cannot run this request"),
 }
 
 # Batch and file refusals carry their slug in `code`: the status by slug (any other

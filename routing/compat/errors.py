@@ -87,3 +87,17 @@ def not_found(request, exception=None):  # noqa: ARG001
         "See the compatibility table in the README.",
         "unknown_url",
     )
+
+
+def exception_response(exc: Exception, request) -> JsonResponse | None:
+    """A domain problem or DRF exception raised in a plain (non-DRF) /v1/ view, in
+    OpenAI's envelope with the native handler's status and headers (Retry-After, Link,
+    WWW-Authenticate). None for anything else: a real bug, left to the 500 handler."""
+    response = openai_exception_handler(exc, {"request": request, "view": None})
+    if response is None:
+        return None
+    out = JsonResponse(response.data, status=response.status_code)
+    for name, value in response.items():
+        if name.lower() != "content-type":
+            out[name] = value
+    return out

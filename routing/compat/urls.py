@@ -9,6 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from deploy.paths import both
 from routing.compat import batches, files, models
 from routing.compat.errors import not_found
+from routing.compat.interactive import chat_completions, responses
 
 urlpatterns = [
     *both("models", models.ModelListView.as_view(), name="oai-model-list"),
@@ -23,6 +24,8 @@ urlpatterns = [
         batches.BatchCancelView.as_view(),
         name="oai-batch-cancel",
     ),
+    re_path(r"^chat/completions/?$", chat_completions, name="v1-chat-completions"),
+    re_path(r"^responses/?$", responses, name="v1-responses"),
     # ... routes go above this line; unknown /v1/ paths: a JSON 404 for every method.
     re_path(r"^.*$", csrf_exempt(not_found)),
 ]

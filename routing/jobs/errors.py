@@ -21,6 +21,10 @@ class JobNotCancellable(JobError):
     pass
 
 
+class InteractiveFailed(JobError):
+    """The engine could not run an accepted interactive request (nothing charged)."""
+
+
 class NoTierChosen(JobError):
     def __init__(self, quote: Quote):
         self.quote = quote

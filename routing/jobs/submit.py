@@ -43,9 +43,11 @@ def job_submit(
     prompt: str = "",
     idempotency_key: str | None = None,
     at: dt.datetime | None = None,
+    send: bool = True,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
-    worker's task is sent after commit. Raises NoTierChosen, quota.QuotaExhausted,
+    worker's task is sent after commit (`send=False`: the caller runs the job itself,
+    as an interactive request does). Raises NoTierChosen, quota.QuotaExhausted,
     ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
@@ -90,7 +92,8 @@ def job_submit(
                 reservation,
                 at,
             )
-            transaction.on_commit(lambda: send_run(job.pk))
+            if send:
+                transaction.on_commit(lambda: send_run(job.pk))
     except IntegrityError:
         if idempotency_key:
             replay = _replay(account, idempotency_key, digest)

@@ -64,50 +64,61 @@ def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
     claimed (a conditional write under the row lock)."""
     at = at or timezone.now()
     with transaction.atomic():
-        job = (
-            Job.objects.select_for_update()
-            .select_related("model", "tier", "pool")
-            .filter(pk=job_id, status=Job.Status.QUEUED)
-            .first()
+        job = job_claim(job_id, at=at)
+        if job is not None and job.status == Job.Status.RUNNING:
+            transaction.on_commit(lambda: send_finish(job.pk, job.finishes_at))
+    return job
+
+
+def job_claim(job_id, *, at: dt.datetime) -> Job | None:
+    """The claim itself (inside the caller's transaction): a queued job simulated and
+    its slot booked (RUNNING, `started_at`..`finishes_at`), or FAILED when the engine
+    cannot run it. None when the job is not queued. The caller decides who finishes
+    it: the worker schedules a finish message; an interactive request (the /v1/ chat
+    endpoints) finishes it itself when its answer has been generated."""
+    job = (
+        Job.objects.select_for_update()
+        .select_related("model", "tier", "pool")
+        .filter(pk=job_id, status=Job.Status.QUEUED)
+        .first()
+    )
+    if job is None:
+        return None  # done, cancelled, or claimed by another delivery
+    try:
+        pred = predict_on(
+            job.model,
+            job.pool,
+            job.tier.slug,
+            input_tokens=job.input_tokens,
+            output_tokens=job.output_tokens,
+            turns=job.turns,
+            tool_seconds=job.tool_seconds,
         )
-        if job is None:
-            return None  # done, cancelled, or claimed by another delivery
-        try:
-            pred = predict_on(
-                job.model,
-                job.pool,
-                job.tier.slug,
-                input_tokens=job.input_tokens,
-                output_tokens=job.output_tokens,
-                turns=job.turns,
-                tool_seconds=job.tool_seconds,
-            )
-        except simengine.SimEngineError as exc:
-            job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
-            job.attempts += 1
-            job.save(update_fields=["status", "error", "finished_at", "attempts"])
-            quota.quota_release(reference=job.reservation.reference, at=at)
-            return job
-        # One slot booking at a time per pool: lock the pool row (PostgreSQL).
-        HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
-        start = next_slot(pool_occupancy(job.pool_id, at), job.slot_share, at)
-        run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
-        queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
-        job.status = Job.Status.RUNNING
-        job.started_at = start
-        job.finishes_at = start + wall(run_seconds)
+    except simengine.SimEngineError as exc:
+        job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
         job.attempts += 1
-        job.simulated = {
-            "queue_seconds": queue_seconds,
-            "ttft_seconds": pred.ttft_seconds,
-            "generation_seconds": pred.generation_seconds,
-            "transport_seconds": pred.transport_seconds,
-            "tool_seconds": pred.tool_seconds,
-            "total_seconds": queue_seconds + run_seconds,
-            "tokens_per_second": pred.tokens_per_second,
-        }
-        job.save(update_fields=["status", "started_at", "finishes_at", "attempts", "simulated"])
-        transaction.on_commit(lambda: send_finish(job.pk, job.finishes_at))
+        job.save(update_fields=["status", "error", "finished_at", "attempts"])
+        quota.quota_release(reference=job.reservation.reference, at=at)
+        return job
+    # One slot booking at a time per pool: lock the pool row (PostgreSQL).
+    HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
+    start = next_slot(pool_occupancy(job.pool_id, at), job.slot_share, at)
+    run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
+    queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
+    job.status = Job.Status.RUNNING
+    job.started_at = start
+    job.finishes_at = start + wall(run_seconds)
+    job.attempts += 1
+    job.simulated = {
+        "queue_seconds": queue_seconds,
+        "ttft_seconds": pred.ttft_seconds,
+        "generation_seconds": pred.generation_seconds,
+        "transport_seconds": pred.transport_seconds,
+        "tool_seconds": pred.tool_seconds,
+        "total_seconds": queue_seconds + run_seconds,
+        "tokens_per_second": pred.tokens_per_second,
+    }
+    job.save(update_fields=["status", "started_at", "finishes_at", "attempts", "simulated"])
     return job
 
 

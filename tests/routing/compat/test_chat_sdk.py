@@ -1,0 +1,248 @@
+"""The official `openai` SDK, unchanged, against a live server started as deploy/run.sh
+starts it (gunicorn with uvicorn workers, ASGI) on a throwaway SQLite database: chat
+completions on every tier and `auto` with a deadline, streaming (paced by the tier),
+a retired model, responses, the async client, and a client that leaves mid-stream.
+No mocks of the SDK or of HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+import uuid
+from types import SimpleNamespace
+
+import openai
+import pytest
+
+from tests.realparts import (
+    free_port,
+    owned_tempdir,
+    project_env,
+    run_manage,
+    start_web,
+    wait_until,
+)
+
+pytestmark = pytest.mark.realparts
+SCALE = 10  # simulated seconds per wall second
+MESSAGES = [{"role": "user", "content": "Write the release note for the retry fix."}]
+
+
+@pytest.fixture(scope="module")
+def live():
+    var = owned_tempdir("var")
+    env = project_env(
+        f"sqlite:///{var}/db.sqlite3",
+        "filesystem://localhost//",
+        var_dir=var,
+        SIM_TIME_SCALE=SCALE,
+        API_THROTTLE_RATE="100000/s",
+    )
+    run_manage(env, "migrate", "--noinput")
+    run_manage(env, "loadcatalog")
+    key = json.loads(run_manage(env, "create_account", "sdk", "--json", "--credits", "1000"))[
+        "api_key"
+    ]
+    port = free_port()
+    web = start_web(env, port, workers=1)
+    try:
+        web.wait_ready(60)
+        base = f"http://127.0.0.1:{port}"
+        yield SimpleNamespace(
+            base=base,
+            key=key,
+            env=env,
+            client=openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
+            aclient=lambda: openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
+        )
+    finally:
+        web.kill()
+
+
+def native(live, path: str) -> dict:
+    req = urllib.request.Request(
+        f"{live.base}{path}", headers={"Authorization": f"Bearer {live.key}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def job_id_of(completion_id: str) -> str:
+    return str(uuid.UUID(completion_id.split("-", 1)[1].removeprefix("resp_")))
+
+
+@pytest.mark.parametrize(
+    "tier, served",
+    [
+        ("default", "standard"),
+        ("flex", "flex"),
+        ("priority", "priority"),
+        ("ultrafast", "ultrafast"),
+    ],
+)
+def test_each_tier(live, tier, served):
+    c = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, service_tier=tier, max_completion_tokens=20
+    )
+    assert c.object == "chat.completion" and c.model == "gpt-5.6-sol"
+    assert c.tier == served  # our slug; service_tier is OpenAI's word for it
+    assert c.service_tier == ("default" if served == "standard" else served)
+    assert c.usage.completion_tokens == 20 and c.usage.prompt_tokens == 11
+    assert c.usage.total_tokens == 31
+    assert len(c.choices[0].message.content.split(" ")) == 20
+    assert c.choices[0].finish_reason == "stop"
+
+
+def test_auto_with_a_deadline_picks_the_cheapest_tier_that_meets_it(live):
+    # 1,024 output tokens on Sol: Standard ~20 s, Priority ~9 s, Ultrafast ~3 s.
+    c = live.client.chat.completions.create(
+        model="sol",
+        messages=MESSAGES,
+        service_tier="auto",
+        extra_body={"deadline_seconds": 12},
+    )
+    assert c.service_tier == "priority" and c.usage.completion_tokens == 1024
+    c = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, max_tokens=1000, extra_headers={"X-Deadline-Seconds": "5"}
+    )
+    assert c.service_tier == "ultrafast"
+
+
+def test_a_deadline_no_tier_meets_says_the_fastest_option(live):
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        live.client.chat.completions.create(
+            model="sol", messages=MESSAGES, extra_body={"deadline_seconds": 0.5}
+        )
+    assert "Fastest option: ultrafast" in caught.value.message
+    assert caught.value.code == "deadline_infeasible"
+
+
+def test_a_retired_model_names_its_successor(live):
+    with pytest.raises(openai.APIStatusError) as caught:
+        live.client.chat.completions.create(model="gpt-5.3-codex-spark", messages=MESSAGES)
+    err = caught.value
+    assert err.status_code == 410 and err.code == "model_retired"
+    assert "Use gpt-5.6-sol on ultrafast" in str(err)
+
+
+def test_a_stream_arrives_in_chunks_and_ends_with_usage(live):
+    stream = live.client.chat.completions.create(
+        model="sol",
+        messages=MESSAGES,
+        service_tier="priority",
+        max_tokens=300,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content) >= 3  # paced: several events, not one
+    text = "".join(c.choices[0].delta.content for c in content)
+    assert len(text.split(" ")) == 300
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 300
+    assert chunks[-1].service_tier == "priority"
+    job = native(live, f"/api/v1/jobs/{job_id_of(chunks[0].id)}")
+    assert job["status"] == "succeeded" and job["cost"] == job["predicted"]["cost"]
+
+
+def timed_stream(live, tier: str, tokens: int) -> tuple[float, str]:
+    started = time.monotonic()
+    stream = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, service_tier=tier, max_tokens=tokens, stream=True
+    )
+    first = None
+    for chunk in stream:
+        first = first or chunk.id
+    return time.monotonic() - started, job_id_of(first)
+
+
+def test_pacing_follows_the_tier(live):
+    standard, std_job = timed_stream(live, "standard", 1500)
+    ultrafast, uf_job = timed_stream(live, "ultrafast", 1500)
+    predicted = (
+        native(live, f"/api/v1/jobs/{std_job}")["simulated"]["total_seconds"]
+        / native(live, f"/api/v1/jobs/{uf_job}")["simulated"]["total_seconds"]
+    )
+    measured = standard / ultrafast
+    print(f"standard {standard:.2f} s, ultrafast {ultrafast:.2f} s: {measured:.1f}x "
+          f"(predicted {predicted:.1f}x)")  # fmt: skip
+    assert predicted > 5
+    # Generous: the server's tick and the client's HTTP overhead blur short streams.
+    assert predicted / 2.5 < measured < predicted * 2.5
+
+
+def test_the_jobs_appear_in_the_native_api(live):
+    c = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, service_tier="flex", max_tokens=5
+    )
+    listed = native(live, "/api/v1/jobs?limit=100")["data"]
+    job = next(j for j in listed if j["id"] == job_id_of(c.id))
+    assert job["status"] == "succeeded" and job["tier"] == "flex" and job["output_tokens"] == 5
+
+
+def test_responses_with_and_without_stream(live):
+    r = live.client.responses.create(
+        model="sol", input="Say hello", max_output_tokens=15, service_tier="priority"
+    )
+    assert r.status == "completed" and r.service_tier == "priority"
+    assert len(r.output_text.split(" ")) == 15 and r.usage.output_tokens == 15
+    events = list(
+        live.client.responses.create(
+            model="sol",
+            input=[{"role": "user", "content": "Say hello"}],
+            max_output_tokens=40,
+            stream=True,
+        )
+    )
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text and len(deltas.split(" ")) == 40
+
+
+def test_the_async_client_streams(live):
+    async def main():
+        client = live.aclient()
+        try:
+            stream = await client.chat.completions.create(
+                model="sol",
+                messages=MESSAGES,
+                service_tier="priority",
+                max_tokens=100,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            return [c async for c in stream]
+        finally:
+            await client.close()
+
+    chunks = asyncio.run(main())
+    assert chunks[-1].usage.completion_tokens == 100
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2
+
+
+def test_a_client_that_leaves_mid_stream_pays_only_for_what_was_generated(live):
+    stream = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, service_tier="standard", max_tokens=4000, stream=True
+    )
+    got = 0
+    job_id = None
+    for chunk in stream:
+        job_id = job_id_of(chunk.id)
+        got += len(chunk.choices[0].delta.content.split())
+        if got >= 100:
+            break
+    stream.close()  # the connection goes; the server notices and settles
+    job = wait_until(
+        lambda: (j := native(live, f"/api/v1/jobs/{job_id}"))["status"] != "running" and j,
+        30,
+        "the abandoned job to settle",
+    )
+    assert job["status"] == "failed" and "disconnected" in job["error"]
+    generated = job["simulated"]["generated_tokens"]
+    assert got <= generated < 4000
+    assert 0 < float(job["cost"]) < float(job["predicted"]["cost"])
+    report = json.loads(run_manage(live.env, "ledger_check", "--json"))
+    assert report["ok"], report

@@ -1,0 +1,211 @@
+"""POST /v1/chat/completions and /v1/responses in process (Django's test client; the
+async views run to completion): shapes, the tier chosen, errors in OpenAI's envelope.
+The real SDK against a live ASGI server: test_chat_sdk.py."""
+
+import json
+from decimal import Decimal
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from routing.accounts.accounts import account_create
+from routing.models import Job
+from tests.helpers import ApiClient
+
+pytestmark = pytest.mark.django_db
+MESSAGES = [{"role": "user", "content": "Summarise the failing test in one line."}]
+
+
+@pytest.fixture(autouse=True)
+def fast_time(settings):
+    settings.SIM_TIME_SCALE = 1e6  # a simulated minute is 60 µs
+
+
+def chat(api, path="/v1/chat/completions", headers=None, **body):
+    return api.post_json(path, {"model": "sol", "messages": MESSAGES, **body}, **(headers or {}))
+
+
+def error_of(r, status):
+    assert r.status_code == status, r.content
+    assert r["Content-Type"] == "application/json"
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/chat/completions/"])
+def test_a_completion_is_a_real_job_settled(api, account, path):
+    r = chat(api, path, service_tier="priority", max_completion_tokens=40, user="u1")
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["simulated"] is True
+    assert body["model"] == "gpt-5.6-sol" and body["service_tier"] == "priority"
+    prompt_tokens = -(-len(MESSAGES[0]["content"]) // 4)  # the documented rule
+    assert body["usage"] == {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 40,
+        "total_tokens": prompt_tokens + 40,
+    }
+    assert len(body["choices"][0]["message"]["content"].split(" ")) == 40
+    job = Job.objects.get(pk=body["job_id"])
+    assert r["X-Job-Id"] == str(job.pk)
+    assert job.status == "succeeded" and job.tier.slug == "priority"
+    assert job.reservation.state == "settled" and job.cost == job.predicted_cost
+    assert account.packages.get().spent == job.cost
+    listed = api.get("/api/v1/jobs").json()["data"]
+    assert [j["id"] for j in listed] == [str(job.pk)]
+
+
+def test_max_tokens_and_the_default_output(api):
+    assert chat(api, max_tokens=7).json()["usage"]["completion_tokens"] == 7
+    assert chat(api).json()["usage"]["completion_tokens"] == 1024
+
+
+@pytest.mark.parametrize(
+    "word, served",
+    [
+        ("default", "standard"),
+        ("standard", "standard"),
+        ("flex", "flex"),
+        ("priority", "priority"),
+        ("ultrafast", "ultrafast"),
+    ],
+)
+def test_each_tier_word(api, word, served):
+    body = chat(api, service_tier=word, max_tokens=10).json()
+    assert body["tier"] == served  # our slug; service_tier is OpenAI's word for it
+    assert body["service_tier"] == ("default" if served == "standard" else served)
+
+
+def test_auto_picks_the_cheapest_tier_that_meets_the_deadline(api):
+    # 1,024 tokens on Sol: Standard ~20 s, Priority ~9 s, Ultrafast ~3 s (simulated).
+    assert chat(api, service_tier="auto", deadline_seconds=12).json()["service_tier"] == "priority"
+    r = chat(api, headers={"HTTP_X_DEADLINE_SECONDS": "5"})
+    assert r.json()["service_tier"] == "ultrafast"
+    assert chat(api, service_tier="auto").json()["service_tier"] == "flex"  # no deadline
+
+
+def test_a_deadline_no_tier_meets_names_the_fastest_option(api):
+    err = error_of(chat(api, deadline_seconds=0.5), 422)
+    assert err["code"] == "deadline_infeasible" and "Fastest option: ultrafast" in err["message"]
+    assert Job.objects.count() == 0
+
+
+def test_a_retired_model_names_its_successor_and_tier(api):
+    r = api.post_json(
+        "/v1/chat/completions", {"model": "gpt-5.3-codex-spark", "messages": MESSAGES}
+    )
+    err = error_of(r, 410)
+    assert err["code"] == "model_retired"
+    assert "Use gpt-5.6-sol on ultrafast" in err["message"]
+    assert (err["successor"], err["successor_tier"]) == ("gpt-5.6-sol", "ultrafast")
+
+
+def test_quota_exhausted_is_429_with_retry_after(builtin_catalog):
+    _, key = account_create(name="poor", default_credits=Decimal("0.000001"))
+    r = chat(ApiClient(key), service_tier="priority")
+    err = error_of(r, 429)
+    assert err["code"] == "insufficient_quota" and int(r["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"service_tier": "turbo"}, "service_tier"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+        ({"n": 2}, "n"),
+        ({"deadline_seconds": -1}, "deadline_seconds"),
+        ({"stream": "yes"}, "stream"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"metadata": {"k": 5}}, "metadata"),
+        ({"model": ""}, "model"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_parameter(api, body, param):
+    err = error_of(chat(api, **body), 400)
+    assert err["param"] == param and err["type"] == "invalid_request_error", err
+
+
+def test_bad_deadline_header_and_bad_json(api):
+    err = error_of(chat(api, headers={"HTTP_X_DEADLINE_SECONDS": "soon"}), 400)
+    assert err["param"] == "X-Deadline-Seconds"
+    r = api.post("/v1/chat/completions", "{nope", content_type="application/json")
+    assert error_of(r, 400)["message"].startswith("JSON parse error")
+
+
+def test_unknown_model_and_auto_without_a_task(api):
+    assert error_of(chat(api, model="gpt-9"), 404)["code"] == "model_not_found"
+    err = error_of(chat(api, model="auto"), 400)
+    assert "task" in err["message"]
+
+
+def test_no_key_is_401_and_get_is_405(builtin_catalog):
+    err = error_of(chat(ApiClient()), 401)
+    assert err["type"] == "authentication_error"
+    r = ApiClient().get("/v1/chat/completions")
+    assert error_of(r, 405) and r["Allow"] == "POST"
+
+
+async def collect(chunks) -> bytes:
+    return b"".join([c async for c in chunks])
+
+
+def sse(r) -> list[str]:
+    assert r["Content-Type"] == "text/event-stream"
+    raw = async_to_sync(collect)(r.streaming_content).decode()
+    return [ln[6:] for ln in raw.split("\n") if ln.startswith("data: ")]
+
+
+def test_a_stream_ends_with_usage_then_done(api):
+    r = chat(api, stream=True, stream_options={"include_usage": True}, max_tokens=30)
+    data = sse(r)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert len(text.split(" ")) == 30
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 30
+    assert Job.objects.get().status == "succeeded"
+
+
+def test_responses_with_a_string_and_with_messages(api):
+    r = api.post_json(
+        "/v1/responses",
+        {"model": "sol", "input": "Say hi", "max_output_tokens": 12, "service_tier": "flex"},
+    )
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "response" and body["status"] == "completed"
+    assert body["service_tier"] == "flex" and body["usage"]["output_tokens"] == 12
+    assert body["usage"]["input_tokens"] == 2  # "Say hi": 6 characters
+    assert len(body["output"][0]["content"][0]["text"].split(" ")) == 12
+    r = api.post_json("/v1/responses/", {"model": "sol", "input": MESSAGES, "max_output_tokens": 5})
+    assert r.json()["usage"]["output_tokens"] == 5
+    err = error_of(api.post_json("/v1/responses", {"model": "sol"}), 400)
+    assert err["param"] == "input"
+
+
+def test_a_responses_stream_has_the_event_types(api):
+    r = api.post_json(
+        "/v1/responses", {"model": "sol", "input": "Hi", "max_output_tokens": 20, "stream": True}
+    )
+    events = [json.loads(d) for d in sse(r)]
+    kinds = [e["type"] for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == events[-1]["response"]["output"][0]["content"][0]["text"]
+    assert events[-1]["response"]["usage"]["output_tokens"] == 20
