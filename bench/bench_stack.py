@@ -148,6 +148,37 @@ class QuickStack:
         )
         return sorted(r[0] for r in rows)
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by web, worker (with its pool) and
+        beat: run.sh's children and their descendants, by the child's role."""
+        tick = os.sysconf("SC_CLK_TCK")
+        parent, cpu, argv = {}, {}, {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                raw = (entry / "stat").read_text()
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            fields = raw[raw.rindex(")") + 2 :].split()
+            pid = int(entry.name)
+            parent[pid] = int(fields[1])
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
+            argv[pid] = b" ".join(cmd)
+        totals: dict[str, float] = {}
+        for pid in cpu:
+            chain, p = [], pid
+            while p in parent and p != self.proc.pid and p > 1:
+                chain.append(p)
+                p = parent[p]
+            if p != self.proc.pid or not chain:
+                continue
+            child = argv[chain[-1]]
+            role = "worker" if b" worker" in child else "beat" if b" beat" in child else "web"
+            totals[role] = totals.get(role, 0.0) + cpu[pid]
+        return totals
+
     def close(self) -> None:
         self.db.close()
         try:
@@ -173,6 +204,8 @@ class Result:
     done_after_drain: int = 0
     p50: float = float("nan")
     p95: float = float("nan")
+    cpu: dict = field(default_factory=dict)
+    load: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -214,6 +247,7 @@ def offer(stack: QuickStack, res: Result, rate: float, seconds: float, clients: 
     for t in threads:
         t.start()
     done0 = stack.counts().get("succeeded", 0)
+    cpu0 = stack.cpu_seconds()
     while any(t.is_alive() for t in threads):
         time.sleep(min(5.0, max(0.5, end - time.monotonic())))
         c = stack.counts()
@@ -229,6 +263,9 @@ def offer(stack: QuickStack, res: Result, rate: float, seconds: float, clients: 
     res.seconds = time.monotonic() - t0
     c = stack.counts()
     res.done_in_window = c.get("succeeded", 0) - done0
+    cpu1 = stack.cpu_seconds()
+    res.cpu = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+    res.load = os.getloadavg()[0]
     res.backlog = res.submitted - res.done_in_window
     deadline = time.monotonic() + drain
     while time.monotonic() < deadline and stack.counts().get("succeeded", 0) - done0 < res.submitted:
@@ -290,6 +327,12 @@ def main() -> None:
             f"  {r.backlog:>7}  {r.p50:>5.2f}  {r.p95:>5.2f}  {r.done_after_drain:>5}/"
             f"{r.submitted:<5}  {r.refused or '-'}"
         )
+    print("CPU ms per accepted job (web, worker with its pool, beat); 1-min load at the end:")
+    for r in results:
+        per = ", ".join(
+            f"{k} {v * 1000 / max(1, r.submitted):.0f}" for k, v in sorted(r.cpu.items())
+        )
+        print(f"  {r.broker:<10}  {per}; load {r.load:.1f}")
     by = {r.broker: r for r in results}
     if "filesystem" in by and "redis" in by and by["redis"].rate:
         print(f"embedded / Redis: {by['filesystem'].rate / by['redis'].rate:.2f}")
