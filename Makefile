@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs bench-batches clean
+.PHONY: install run test lint format check-migrations schema deploy-check bench bench-http bench-jobs bench-batches bench-stack clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-jobs: install
 ## validating and planning 50,000 lines, then a batch through real workers (throwaway servers)
 bench-batches: install
 	$(PY) bench/bench_batches.py
+
+## the quick start's own stack (deploy/run.sh, SQLite): embedded broker vs Redis, 25 jobs/s
+bench-stack: install
+	$(PY) bench/bench_stack.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

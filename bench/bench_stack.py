@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import threading
@@ -268,7 +267,9 @@ def offer(stack: QuickStack, res: Result, rate: float, seconds: float, clients: 
     res.load = os.getloadavg()[0]
     res.backlog = res.submitted - res.done_in_window
     deadline = time.monotonic() + drain
-    while time.monotonic() < deadline and stack.counts().get("succeeded", 0) - done0 < res.submitted:
+    while (
+        time.monotonic() < deadline and stack.counts().get("succeeded", 0) - done0 < res.submitted
+    ):
         time.sleep(0.2)
     lat = stack.latencies(since)
     res.done_after_drain = len(lat)
@@ -317,8 +318,7 @@ def main() -> None:
         f"{os.cpu_count()} cores{', ' + ' '.join(args.set) if args.set else ''}"
     )
     print(
-        "broker      offered/s  accepted/s  completed/s  backlog  p50 s  p95 s  "
-        "done+drain  refused"
+        "broker      offered/s  accepted/s  completed/s  backlog  p50 s  p95 s  done+drain  refused"
     )
     for r in results:
         offered = f"{r.offered:g}" if r.offered else "max"

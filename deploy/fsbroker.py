@@ -24,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import socket
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -203,7 +202,7 @@ class Transport(filesystem.Transport):
         polling transports calls this with timeout=2 and only sends its acks between
         calls, so it would take at most `prefetch` messages per 2 s: the ceiling of
         ~1 job/s issue 13 measured. Here a full window ends the call after
-        `blocked_interval` (socket.timeout, which callers treat as "nothing yet"), so
+        `blocked_interval` (TimeoutError, i.e. socket.timeout, which callers treat as "nothing yet"), so
         the acks go out and the next messages come in."""
         started = monotonic()
         while True:
@@ -221,7 +220,7 @@ class Transport(filesystem.Transport):
             if interval:
                 sleep(interval)
             if blocked or (timeout is not None and monotonic() - started >= timeout):
-                raise socket.timeout()
+                raise TimeoutError()
 
     # Kombu's filesystem transport keeps its broker state in a class attribute; this one
     # has its own (same behaviour: one state per process).

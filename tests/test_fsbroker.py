@@ -5,7 +5,6 @@ worker died on JSONDecodeError)."""
 
 import json
 import multiprocessing
-import socket
 import os
 import time
 import uuid
@@ -215,7 +214,7 @@ def synloop_receive(folder: Path, n: int, monkeypatch) -> tuple[list, FakeClock]
                 message.ack()
             try:
                 conn.drain_events(timeout=2.0)
-            except socket.timeout:
+            except TimeoutError:
                 pass
             # A task runs in the pool during the next call and is acked after it.
             finished, running, pending[:] = running, list(pending), []
