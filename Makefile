@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams clean
+.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,10 @@ bench-batches: install
 ## chat completion latency vs a bare endpoint, 200 concurrent streams (ASGI web server, SQLite)
 bench-streams: install
 	$(PY) bench/bench_streams.py
+
+## the quick start's own stack (deploy/run.sh, SQLite): embedded broker vs Redis, 25 jobs/s
+bench-stack: install
+	$(PY) bench/bench_stack.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

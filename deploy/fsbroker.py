@@ -28,7 +28,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty
-from time import monotonic
+from time import monotonic, sleep
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
@@ -71,6 +71,8 @@ def locked(path: Path):
 
 
 class Channel(filesystem.Channel):
+    _ready_cache: dict[str, list[str]] | None = None
+
     def _put(self, queue, payload, **kwargs):
         filename = f"{int(round(monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         try:
@@ -87,12 +89,28 @@ class Channel(filesystem.Channel):
         os.makedirs(folder, exist_ok=True)
         return folder
 
+    def _ready(self, queue) -> list[str]:
+        """The queue's message files as last listed, oldest last (popped first): one
+        listing serves every message ready at the time, not just the first."""
+        if self._ready_cache is None:
+            self._ready_cache = {}
+        cache = self._ready_cache
+        names = cache.get(queue)
+        if not names:
+            suffix = f".{queue}.msg"
+            names = sorted(
+                (n for n in os.listdir(self.data_folder_in) if n.endswith(suffix)),
+                reverse=True,
+            )
+            names = [n for n in names if not n.startswith(".")]
+            cache[queue] = names
+        return names
+
     def _get(self, queue):
-        suffix = f".{queue}.msg"
         claim_folder = self._claim_folder()
-        for filename in sorted(os.listdir(self.data_folder_in)):
-            if not filename.endswith(suffix) or filename.startswith("."):
-                continue
+        names = self._ready(queue)
+        while names:
+            filename = names.pop()
             claimed = os.path.join(claim_folder, f"{filename}.{uuid.uuid4().hex}")
             try:
                 # Atomic within one filesystem: exactly one reader gets each message.
@@ -171,6 +189,39 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+    # While a prefetch window is full, how long to wait before handing control back so
+    # the caller can ack (short: the worker's pool sits idle meanwhile).
+    blocked_interval = 0.005
+
+    def drain_events(self, connection, timeout=None):
+        """Deliver one message; while none can be taken, poll every polling_interval.
+
+        Kombu's loop keeps polling until `timeout` even when no channel may take a
+        message (its prefetch window is full of unacked ones). Celery's worker loop for
+        polling transports calls this with timeout=2 and only sends its acks between
+        calls, so it would take at most `prefetch` messages per 2 s: the ceiling of
+        ~1 job/s issue 13 measured. Here a full window ends the call after
+        `blocked_interval` (TimeoutError, i.e. socket.timeout, which callers treat as "nothing yet"), so
+        the acks go out and the next messages come in."""
+        started = monotonic()
+        while True:
+            try:
+                self.cycle.get(self._deliver, timeout=timeout)
+                return
+            except Empty:
+                pass
+            # A channel whose window is full waits for acks its caller sends between
+            # calls (the worker's task channel; its control channel never blocks).
+            blocked = any(not ch.qos.can_consume() for ch in self.channels if ch._consumers)
+            interval = self.blocked_interval if blocked else self.polling_interval
+            if timeout is not None:
+                interval = min(interval or 0, max(0.0, timeout - (monotonic() - started)))
+            if interval:
+                sleep(interval)
+            if blocked or (timeout is not None and monotonic() - started >= timeout):
+                raise TimeoutError()
+
     # Kombu's filesystem transport keeps its broker state in a class attribute; this one
     # has its own (same behaviour: one state per process).
     global_state = filesystem.virtual.BrokerState()

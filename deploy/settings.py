@@ -280,6 +280,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
             "data_folder_out": str(_broker_dir / "queue"),
             "control_folder": str(_broker_dir / "control"),
             "store_processed": False,
+            # How long the worker waits before looking at the folder again when it found
+            # nothing (kombu's default, 1 s, caps a worker at a few jobs/s).
+            "polling_interval": float(os.environ.get("BROKER_POLLING_INTERVAL", "0.05")),
         }
     )
     # filesystem:// is served by deploy/fsbroker.py (atomic writes and claims), registered

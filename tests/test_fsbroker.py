@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import time
+import uuid
 from pathlib import Path
 from queue import Empty
 
@@ -163,3 +164,92 @@ def test_fanout_bindings_are_written_whole(tmp_path):
 def test_the_project_uses_this_transport_for_filesystem_urls():
     assert Connection("filesystem://localhost//").transport_cls == "filesystem"
     assert isinstance(Connection("filesystem://localhost//").transport, fsbroker.Transport)
+
+
+class FakeClock:
+    """Time that passes only when someone sleeps: what a poll loop waits, counted."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def synloop_receive(folder: Path, n: int, monkeypatch) -> tuple[list, FakeClock]:
+    """Receive n messages the way Celery's worker loop for polling transports does:
+    prefetch 1, acks sent between drain_events(timeout=2.0) calls, never inside one,
+    a message's task running in the pool while the next call polls."""
+    import kombu.transport.virtual.base as virtual_base
+    from kombu import Consumer, Exchange, Queue
+
+    for sub in ("queue", "control"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    # A fresh name: kombu remembers bindings per process, not per folder.
+    name = f"synloop-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name), name)
+    got, pending = [], []
+    with connect(folder) as conn:
+        producer = conn.Producer()
+        for i in range(n):
+            producer.publish(i, exchange=queue.exchange, routing_key=name, declare=[queue])
+        clock = FakeClock()
+        for module in (virtual_base, fsbroker):
+            monkeypatch.setattr(module, "sleep", clock.sleep, raising=False)
+            monkeypatch.setattr(module, "monotonic", clock.monotonic, raising=False)
+
+        def on_message(body, message):
+            got.append(body)
+            pending.append(message)
+
+        consumer = Consumer(conn.channel(), queues=[queue], callbacks=[on_message])
+        consumer.qos(prefetch_count=1)
+        consumer.consume()
+        running, finished = [], []
+        while len(got) < n and clock.now < 600:
+            for message in finished:
+                message.ack()
+            try:
+                conn.drain_events(timeout=2.0)
+            except TimeoutError:
+                pass
+            # A task runs in the pool during the next call and is acked after it.
+            finished, running, pending[:] = running, list(pending), []
+        consumer.cancel()
+    return got, clock
+
+
+def test_a_full_prefetch_window_does_not_hold_the_worker_loop_until_its_timeout(
+    tmp_path, monkeypatch
+):
+    """Issue 13: the quick start finished ~2 small jobs/s. Celery's loop acks between
+    drain_events(timeout=2) calls; kombu's loop kept polling a full window until the
+    timeout, so a worker took `prefetch` messages per 2 s (40 s of waiting here)."""
+    got, clock = synloop_receive(tmp_path, 20, monkeypatch)
+    assert sorted(got) == list(range(20))
+    assert clock.now < 1.0, f"{clock.now:.2f} s spent waiting for 20 messages"
+
+
+def test_one_listing_of_the_queue_folder_serves_every_ready_message(tmp_path, monkeypatch):
+    listings = []
+    real_listdir = os.listdir
+
+    def listdir(path):
+        listings.append(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(fsbroker.os, "listdir", listdir)
+    got, _ = synloop_receive(tmp_path, 50, monkeypatch)
+    assert sorted(got) == list(range(50))
+    assert len(listings) <= 5, f"{len(listings)} listings for 50 messages"
+
+
+def test_the_quick_start_polls_its_broker_often():
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        pytest.skip("the embedded broker is not configured here")
+    assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["polling_interval"] <= 0.1
