@@ -31,6 +31,21 @@ SMALL = {
 }
 
 
+def multipart_file(data: bytes, filename: str, purpose: str = "batch") -> tuple[bytes, str]:
+    """The body and Content-Type of a POST /api/v1/files upload (multipart/form-data)."""
+    boundary = "----stack" + uuid.uuid4().hex
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
+            f'{purpose}\r\n--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{filename}"\r\nContent-Type: application/jsonl\r\n\r\n'
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
 class Stack:
     """The service on throwaway servers: web + worker(s) + beat."""
 
@@ -113,23 +128,14 @@ class Stack:
 
     def upload(self, data: bytes, filename: str = "batch.jsonl", purpose: str = "batch"):
         """POST /api/v1/files as multipart/form-data; (status, body)."""
-        boundary = "----stack" + uuid.uuid4().hex
-        body = (
-            (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n'
-                f'{purpose}\r\n--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-                f'filename="{filename}"\r\nContent-Type: application/jsonl\r\n\r\n'
-            ).encode()
-            + data
-            + f"\r\n--{boundary}--\r\n".encode()
-        )
+        body, content_type = multipart_file(data, filename, purpose)
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/api/v1/files",
             data=body,
             method="POST",
             headers={
                 "Authorization": f"Bearer {self.key}",
-                "Content-Type": f"multipart/form-data; boundary={boundary}",
+                "Content-Type": content_type,
             },
         )
         try:
