@@ -5,7 +5,10 @@
 Under ASGI Django keeps a request's database connection in that request's context,
 so a persistent connection (CONN_MAX_AGE > 0) is never reused by the next request and
 only piles up: the web process closes connections at the end of each request
-(Celery workers, started separately, keep theirs)."""
+(Celery workers, started separately, keep theirs).
+
+A body larger than anything the service accepts is refused before it is read
+(deploy/asgibody.py)."""
 
 import os
 
@@ -13,4 +16,8 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
 os.environ["DB_CONN_MAX_AGE"] = "0"
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from deploy.asgibody import LimitRequestBody  # noqa: E402 (after Django is set up)
+
+application = LimitRequestBody(django_application)

@@ -333,6 +333,9 @@ JOB_RESEND_AFTER_SECONDS = float(os.environ.get("JOB_RESEND_AFTER_SECONDS", "30"
 # A body the application did not read (a 413 over DATA_UPLOAD_MAX_MEMORY_SIZE, a 401) is
 # read and discarded up to this size so the keep-alive connection stays usable; a larger
 # one, or one stalling this long, closes the connection (deploy/bodydrain.py).
+# Under ASGI (make run, production): a body over this is refused with 413 before it is
+# read (deploy/asgibody.py); the largest accepted upload is a 200 MB batch file.
+REQUEST_MAX_BYTES = int(os.environ.get("REQUEST_MAX_BYTES", str(256 * 1024**2)))
 REQUEST_DRAIN_MAX_BYTES = int(os.environ.get("REQUEST_DRAIN_MAX_BYTES", str(16 * 1024**2)))
 REQUEST_DRAIN_TIMEOUT_SECONDS = float(os.environ.get("REQUEST_DRAIN_TIMEOUT_SECONDS", "10"))
 

@@ -1,6 +1,7 @@
 """Issue 13, a body over the limit: 413 `request-too-large`, and the keep-alive connection
-handled honestly, against the real servers (gunicorn as deployed, runserver as `make run`
-serves). A 3 MB body (over DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB) is drained, so the next
+handled honestly, against the real servers: gunicorn with uvicorn workers (ASGI, as
+`make run` and production serve: deploy/asgibody.py), gunicorn gthread (WSGI,
+deploy/wsgi.py) and runserver. A 3 MB body (over DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB) is drained, so the next
 request on the same connection is answered; a body over REQUEST_DRAIN_MAX_BYTES is not
 read and the response says `Connection: close` (deploy/bodydrain.py)."""
 
@@ -19,6 +20,7 @@ from tests.realparts import (
     owned_tempdir,
     project_env,
     run_manage,
+    start_web,
 )
 
 pytestmark = pytest.mark.realparts
@@ -34,6 +36,7 @@ def web_env():
         "memory://",
         var_dir=var,
         REQUEST_DRAIN_MAX_BYTES=DRAIN_MAX,
+        REQUEST_MAX_BYTES=DRAIN_MAX,  # ASGI: refused before it is read
         LOG_LEVEL="WARNING",
     )
     run_manage(env, "migrate", "--noinput")
@@ -60,10 +63,18 @@ def _runserver(port: int) -> list[str]:
     return [str(BIN_DIR / "python"), "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
 
 
-@pytest.fixture(params=["gunicorn", "runserver"])
+@pytest.fixture(params=["asgi", "gunicorn", "runserver"])
 def server(request, web_env):
     env, key = web_env
     port = free_port()
+    if request.param == "asgi":
+        proc = start_web(env, port, name=f"asgi-{port}")  # a log of its own
+        try:
+            proc.wait_ready(30)
+            yield port, key, proc
+        finally:
+            proc.stop(5)
+        return
     argv = _gunicorn(port) if request.param == "gunicorn" else _runserver(port)
     marker = "Booting worker" if request.param == "gunicorn" else "Quit the server"
     proc = ServiceProcess(
@@ -117,6 +128,29 @@ def test_a_3mb_body_is_a_413_and_the_connection_stays_usable(server):
         second = conn.getresponse()
         assert second.status == 200 and second.read()
         assert conn.sock is sock
+    finally:
+        conn.close()
+
+
+def test_a_chunked_body_over_the_limit_is_refused_under_asgi(server):
+    port, key, proc = server
+    if not proc.name.startswith("asgi"):
+        pytest.skip("the ASGI limit (deploy/asgibody.py); WSGI servers: the test above")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    chunks = (b"x" * 65536 for _ in range(DRAIN_MAX // 65536 + 16))
+    try:
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=chunks,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        r = conn.getresponse()
+        body = json.loads(r.read())
+        assert r.status == 413, body
+        assert body["error"]["code"] == "request_too_large"  # OpenAI's envelope on /v1/
+        assert (r.getheader("Connection") or "").lower() == "close"
     finally:
         conn.close()
 
