@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
+from .holdout import evaluate_holdout
 from .model import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec, load_catalog_models
 from .params import (
     DEFAULT_PARAMS,
@@ -35,7 +36,7 @@ from .params import (
 )
 from .perf import Deployment, TaskProfile, decode_step_seconds, predict, token_speed
 from .placement import placement
-from .report import calibration_table
+from .report import calibration_table, holdout_table
 from .results import CalibrationResult, CalibrationRow, ParameterRow
 
 FIT_VERSION = "2026.08.1"
@@ -417,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result = calibrate(sol=sol, spark=spark)
     print(calibration_table(result))
+    print()
+    print(holdout_table(evaluate_holdout(result.params)))
     if args.write:
         data = result.params.to_dict()
         data["residuals"] = {r.name: r.residual for r in result.rows}

@@ -135,9 +135,14 @@ class ModelSpec:
         return asdict(self)
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_bytes: float) -> float:
+    """KV-cache bytes per token from the architecture: 2 (K and V) x layers x KV heads x
+    head size x bytes per value (Llama-3.1-70B in BF16: 2 x 80 x 8 x 128 x 2 = 327,680)."""
+    return 2.0 * layers * kv_heads * head_dim * kv_bytes
+
+
 def _llama_kv(layers: int, kv_heads: int = 8, head_dim: int = 128, kv_bytes: int = 2) -> int:
-    # KV_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * bytes.
-    return 2 * layers * kv_heads * head_dim * kv_bytes
+    return int(kv_bytes_per_token(layers, kv_heads, head_dim, kv_bytes))
 
 
 # Reference models for the cross-checks, as Cerebras served them at launch (2024-08):

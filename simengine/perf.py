@@ -615,3 +615,66 @@ def _priority_wait(
     if mine is None:  # only one class present
         return est.p90_wait, est.saturated
     return mine.p90_wait, mine.saturated
+
+
+def _resolve_software(params: EngineParams, deployment: Deployment) -> Deployment:
+    # A figure dated in a software era the parameters do not name uses the latest
+    # calibrated version not newer than it (e.g. a 2024-11 figure -> the 2024.10 fit).
+    if deployment.software is None:
+        return deployment
+    hw = resolve_device(deployment.device)
+    probe = "t_layer" if hw.kind == "wafer" else "eta_mem"
+    known = sorted(
+        {
+            k.split("@", 1)[1].split(":", 1)[0]
+            for k in params.values
+            if k.endswith(f":{probe}") and k.split("@", 1)[0] in (hw.key, hw.kind)
+        }
+    )
+    if deployment.software in known:
+        return deployment
+    earlier = [v for v in known if v <= deployment.software]
+    if not earlier:
+        return deployment  # _serve names the missing version
+    return dataclasses.replace(deployment, software=earlier[-1])
+
+
+def serving_point(
+    model: ModelSpec,
+    deployment: Deployment,
+    *,
+    concurrency: int,
+    input_tokens: int,
+    output_tokens: int,
+    speculative: bool = False,
+    with_transport: bool = False,
+    params: EngineParams = DEFAULT_PARAMS,
+) -> dict[str, float]:
+    """One replica serving ``concurrency`` closed-loop streams of (input, output) requests.
+
+    The figures a serving benchmark (NIM, vLLM, TensorRT-LLM) reports: TTFT, time per
+    output token, per-stream tokens/s and the replica's throughput. ``with_transport``
+    adds the API round trip and per-token overheads (a client-side measurement).
+    """
+    _positive_int(concurrency, "concurrency", 1)
+    deployment = _resolve_software(params, deployment)
+    p = params.with_values({f"tier:{deployment.tier}:batch": float(concurrency)})
+    s = _serve(model, deployment, p)
+    context = input_tokens + output_tokens / 2.0
+    step = _server_token_seconds(s, context)
+    per_token = s.transport("per_token") if with_transport else 0.0
+    tpot = step + per_token
+    ttft = s.transport("ttft_overhead") + _prefill_seconds(s, input_tokens, 0) + step
+    if with_transport:
+        ttft += s.transport("round_trip")
+    cycle = ttft + (output_tokens - 1) * tpot
+    return {
+        "ttft_seconds": ttft,
+        "time_per_output_token_seconds": tpot,
+        "tokens_per_second": 1.0 / tpot,
+        "throughput_tokens_per_second": concurrency * output_tokens / cycle,
+        "devices": s.place.nodes_per_replica,
+        "tensor_parallel": s.place.tensor_parallel or 1,
+        "pipeline_stages": s.place.pipeline_stages,
+        "software": s.software,
+    }

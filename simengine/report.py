@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .holdout import HoldoutResult
 from .perf import Prediction
 from .results import CalibrationResult
 
@@ -101,6 +102,24 @@ def calibration_table(result: CalibrationResult) -> str:
     )
     text += "\n" + _table(["parameter", "value", "prior", "data share", "note"], prow)
     text += "\n\n" + ("all targets PASS" if result.passed else f"{len(result.failures)} FAIL")
+    return text
+
+
+def holdout_table(result: HoldoutResult) -> str:
+    """Hold-out figures (never fitted): figure, source, model, predicted, published, error."""
+    rows = [
+        (r.id, r.model, r.metric.replace("_seconds", " s").replace("_", " "),
+         _num(r.predicted), _num(r.published), f"{r.error:+.1%}", f"{r.source[:48]} ({r.date})")
+        for r in result.rows
+    ]  # fmt: skip
+    text = "hold-out figures (never used in the fit)\n" + _table(
+        ["figure", "model", "metric", "predicted", "published", "error", "source"], rows
+    )
+    text += (
+        f"\n\nhold-out: median |error| {result.median_abs_error:.1%}, "
+        f"max |error| {result.max_abs_error:.1%} "
+        f"({'PASS' if result.passed else 'FAIL'}: median <= 15 %, none > 30 %)"
+    )
     return text
 
 
