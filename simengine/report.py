@@ -101,6 +101,12 @@ def calibration_table(result: CalibrationResult) -> str:
         )
     )
     text += "\n" + _table(["parameter", "value", "prior", "data share", "note"], prow)
+    if result.fitted:
+        text += (
+            f"\nsensitivity rank {result.rank} for {len(result.parameters)} fitted parameters "
+            f"({sum(r.fitted for r in result.rows)} fit targets; checks and input identities "
+            "are not counted)"
+        )
     text += "\n\n" + ("all targets PASS" if result.passed else f"{len(result.failures)} FAIL")
     return text
 
@@ -121,6 +127,18 @@ def holdout_table(result: HoldoutResult) -> str:
         f"({'PASS' if result.passed else 'FAIL'}: median <= 15 %, none > 30 %)"
     )
     return text
+
+
+def leave_one_out_table(checks: Mapping[str, Sequence[Any]]) -> str:
+    """Leave-one-out refits: each left-out target, what the refit predicts, the error."""
+    rows = [
+        (group, r.name, _num(r.published), _num(r.predicted), f"{r.error:+.1%}")
+        for group, group_rows in checks.items()
+        for r in group_rows
+    ]
+    return "leave-one-out refits (target left out, then predicted)\n" + _table(
+        ["check", "left out", "published", "refit predicts", "error"], rows
+    )
 
 
 def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
