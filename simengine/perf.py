@@ -441,8 +441,10 @@ def _serve(
     b, cap = None, None
     if hw.kind == "gpu":
         tier_batch = params.get(f"tier:{deployment.tier}:batch")
-        # KV capacity caps the batch; fractional batches are allowed so the fit is smooth.
-        cap = max(1.0, min(tier_batch, float(place.streams_per_replica)))
+        # KV capacity caps the batch at the context the streams actually hold (and at
+        # the planning context); fractional batches are allowed so the fit is smooth.
+        kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
+        cap = max(1.0, min(tier_batch, kv_streams))
         b = cap if batch is None else max(1.0, min(float(batch), cap))
     served = _Served(model, hw, place, deployment, software, params, float(context), b, cap)
     # Validate the software version now, with a clear message.
@@ -460,13 +462,16 @@ def token_speed(
     context_tokens: int = 1024,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> float:
-    """Client-observed decode tokens/s of one stream at ``context_tokens`` of context."""
+    """Client-observed decode tokens/s of one stream at ``context_tokens`` of context,
+    on a replica at its full batch (the tier's cap)."""
     _positive_int(context_tokens, "context_tokens", 0)
     if context_tokens > model.context_window:
         raise SimEngineError(
             f"context_tokens {context_tokens} exceeds {model.name}'s window {model.context_window}"
         )
-    s = _serve(model, deployment, params, context=max(context_tokens, 1))
+    # One stream at ``context_tokens`` among co-batched streams at the planning context
+    # (predict() takes the co-batched context from the task instead).
+    s = _serve(model, deployment, params, context=params.get("batch_context_tokens"))
     return 1.0 / _token_seconds(s, context_tokens)
 
 

@@ -46,10 +46,11 @@ def prediction_table(pred: Prediction) -> str:
         ("tokens/s", _num(pred.tokens_per_second)),
         ("TTFT (s)", _num(pred.ttft_seconds)),
         ("generation (s)", _num(pred.generation_seconds)),
+        ("  agent per-turn (s)", _num(pred.agent_seconds)),
         ("tools (s)", _num(pred.tool_seconds)),
         ("transport (s)", _num(pred.transport_seconds)),
         (
-            "queue P90 (s)",
+            "queue P90, task (s)",
             _num(pred.queue_seconds) + (" SATURATED" if pred.queue_saturated else ""),
         ),
         ("total (s)", _num(pred.total_seconds)),
@@ -59,11 +60,11 @@ def prediction_table(pred: Prediction) -> str:
     shown = turns if len(turns) <= 6 else turns[:3] + turns[-3:]
     rows = [
         (str(t.turn), str(t.new_tokens), str(t.cached_tokens), str(t.output_tokens),
-         _num(t.wait), _num(t.transport), _num(t.ttft), _num(t.decode))
+         _num(t.wait), _num(t.transport), _num(t.ttft), _num(t.decode), _num(t.agent))
         for t in shown
     ]  # fmt: skip
     text += "\n\n" + _table(
-        ["turn", "new", "cached", "out", "wait", "transport", "ttft", "decode"], rows
+        ["turn", "new", "cached", "out", "wait", "transport", "ttft", "decode", "agent"], rows
     )
     if len(turns) > 6:
         text += f"\n({len(turns) - 6} middle turns not shown)"
