@@ -31,6 +31,8 @@ from catalog.models import (
     PublishedSpeed,
     Tier,
 )
+from simengine import SimEngineError
+from simengine.model import architecture_kv_bytes
 
 DEFAULT_CATALOG = Path(__file__).resolve().parent / "data" / "catalog.toml"
 
@@ -167,6 +169,11 @@ def catalog_load(
         slug = _require(m, "slug", "model")
         where = f"model {slug}"
         arch = _require(m, "architecture", where)
+        if "kv_heads" in arch or "head_dim" in arch or arch.get("kv_compressed"):
+            try:  # KV bytes per token follow from the architecture; a typed value must agree
+                arch = {**arch, "kv_bytes_per_token": round(architecture_kv_bytes(slug, arch))}
+            except SimEngineError as exc:
+                raise CatalogFileError(f"{where}: {exc}") from None
         family_slug = _require(m, "family", where)
         if family_slug not in families:
             raise CatalogFileError(f"{where}: unknown family `{family_slug}`.")

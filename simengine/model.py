@@ -135,9 +135,14 @@ class ModelSpec:
         return asdict(self)
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_bytes: float) -> float:
+    """KV-cache bytes per token from the architecture: 2 (K and V) x layers x KV heads x
+    head size x bytes per value (Llama-3.1-70B in BF16: 2 x 80 x 8 x 128 x 2 = 327,680)."""
+    return 2.0 * layers * kv_heads * head_dim * kv_bytes
+
+
 def _llama_kv(layers: int, kv_heads: int = 8, head_dim: int = 128, kv_bytes: int = 2) -> int:
-    # KV_bytes_per_token = 2 (K and V) * layers * kv_heads * head_dim * bytes.
-    return 2 * layers * kv_heads * head_dim * kv_bytes
+    return int(kv_bytes_per_token(layers, kv_heads, head_dim, kv_bytes))
 
 
 # Reference models for the cross-checks, as Cerebras served them at launch (2024-08):
@@ -167,12 +172,56 @@ LLAMA_3_1_70B = ModelSpec(
 REFERENCE_MODELS: dict[str, ModelSpec] = {m.name: m for m in (LLAMA_3_1_8B, LLAMA_3_1_70B)}
 
 
+# Relative difference allowed between a typed KV size and the one the architecture gives.
+KV_TOLERANCE = 0.01
+
+
+def architecture_kv_bytes(name: str, arch: dict[str, Any]) -> float:
+    """KV bytes per token of a catalog architecture table.
+
+    With ``kv_heads`` and ``head_dim`` (and ``kv_dtype_bytes``, default the weights'
+    ``bytes_per_param``) the size is computed from the architecture, and a typed
+    ``kv_bytes_per_token`` must agree within 1 %. Without them the table must say
+    ``kv_compressed = true`` (a published compressed-cache size, e.g. DeepSeek's ~890
+    bytes) and the typed value is used. Anything else is a SimEngineError.
+    """
+    typed = arch.get("kv_bytes_per_token")
+    if "kv_heads" in arch or "head_dim" in arch:
+        try:
+            derived = kv_bytes_per_token(
+                int(arch["layers"]),
+                int(arch["kv_heads"]),
+                int(arch["head_dim"]),
+                float(arch.get("kv_dtype_bytes", arch["bytes_per_param"])),
+            )
+        except KeyError as exc:
+            raise SimEngineError(f"model {name!r}: architecture lacks {exc.args[0]!r}") from None
+        if typed is not None and abs(float(typed) / derived - 1.0) > KV_TOLERANCE:
+            raise SimEngineError(
+                f"model {name!r}: kv_bytes_per_token {typed} disagrees with the architecture "
+                f"(2 x layers x kv_heads x head_dim x kv bytes = {derived:.0f})"
+            )
+        return derived
+    if typed is None:
+        raise SimEngineError(f"model {name!r}: architecture lacks 'kv_heads'/'head_dim'")
+    if not arch.get("kv_compressed"):
+        raise SimEngineError(
+            f"model {name!r}: give kv_heads and head_dim (KV from the architecture) or mark "
+            "a published compressed-cache size with kv_compressed = true"
+        )
+    return float(typed)
+
+
 def model_spec_from_mapping(name: str, architecture: dict[str, Any], **extra: Any) -> ModelSpec:
     """Build a ModelSpec from a catalog ``[models.architecture]`` table.
 
     ``extra`` may supply ``context_window`` when the catalog keeps it outside the table.
+    KV bytes per token come from the architecture (:func:`architecture_kv_bytes`); a
+    table with only a typed ``kv_bytes_per_token`` is still read (older catalogs).
     """
     arch = {**extra, **architecture}
+    if "kv_heads" in arch or "head_dim" in arch or arch.get("kv_compressed"):
+        arch["kv_bytes_per_token"] = architecture_kv_bytes(name, arch)
     try:
         return ModelSpec(
             name=name,

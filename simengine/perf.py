@@ -1,15 +1,24 @@
 """Performance model: per-token decode, prefill, TTFT, transport, and agent tasks.
 
 GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
-binds) plus all-reduce collectives; the tier's decode batch sets how much weight
-traffic and KV each step moves (MoE: distinct experts touched by the batch).
-Wafers are latency-bound, not bandwidth-bound: per-token time is
-L t_layer + (P - 1) t_hop + t_fixed (+ the tiny SRAM streaming floor), with t_layer,
-t_link and t_fixed calibrated per software version.
+binds) plus all-reduce collectives and a fixed per-step overhead. Serving is continuous
+batching: the decode batch is the number of streams in flight on the replica (the
+load times the tier's batch cap; the cap alone when no load is given), co-batched
+streams hold the workload's own context, and every other stream's prefill stalls the
+decode steps it shares (chunked-prefill interference), so per-stream speed falls and
+replica throughput rises as concurrency grows. MoE: distinct experts touched by the
+batch. Wafers are latency-bound, not bandwidth-bound: per-token time is
+sum over layers (t_layer + active bytes on the wafer / (SRAM BW eta_sram)) + (P - 1)
+t_hop + t_fixed, divided by the speculative-decoding multiplier when it is on; t_layer
+is calibrated per software version, t_hop is physical (link latency + activation
+transfer, about a microsecond).
 
 An agent task is a sequence of turns; per turn: wait + transport round trip + TTFT
-(server overhead + prefill of the uncached tokens + first step) + decode; plus the
-tool time. Context grows turn by turn; with prompt caching only new tokens prefill.
+(server overhead + prefill of the uncached tokens + first step) + decode + the agent's
+per-turn term (``agent:turn_overhead``: server-side work of an agent turn beyond TTFT
+and decode - re-prefill of context evicted during the tool call, harness
+orchestration); plus the tool time. Context grows turn by turn; with prompt caching
+only new tokens prefill.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from .hardware import HardwareProfile
 from .model import ModelSpec
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
-from .queueing import TIER_PRIORITY, mmc_p90_wait, wait_estimate
+from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
 
 TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
@@ -48,7 +57,9 @@ class Deployment:
 
     ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
     ``software`` picks the calibrated parameter version (default: the device's current
-    one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed.
+    one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed;
+    ``speculative`` turns on speculative decoding (the ``<kind>:speculative_multiplier``
+    on tokens per step).
     """
 
     device: str
@@ -57,6 +68,7 @@ class Deployment:
     transport: str = "reworked"
     software: str | None = None
     nodes_per_replica: int | None = None
+    speculative: bool = False
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
@@ -114,7 +126,7 @@ class TaskProfile:
 
 @dataclass(frozen=True)
 class TurnBreakdown:
-    """Timing of one turn (seconds)."""
+    """Timing of one turn (seconds); ``agent`` is the per-turn agent term."""
 
     turn: int
     new_tokens: int
@@ -124,6 +136,7 @@ class TurnBreakdown:
     transport: float
     ttft: float
     decode: float
+    agent: float = 0.0
 
 
 # Not frozen: a frozen dataclass sets each of its ~20 fields through
@@ -134,10 +147,13 @@ class Prediction:
 
     ``tokens_per_second`` is the client-observed decode speed over the task (output
     tokens / time spent producing them); ``ttft_seconds`` the first turn's time to
-    first token as a client sees it without queueing (round trip + server TTFT).
-    ``generation_seconds`` = sum of server TTFT + decode over turns, ``transport_seconds``
-    the round trips, ``queue_seconds`` the closed-form P90 wait per turn times the turns
-    (0 without a load); total = queue + transport + generation + tool.
+    first token as a client sees it without queueing (round trip + server TTFT: API
+    overhead, prefill, first step - nothing of the agent's per-turn term).
+    ``generation_seconds`` = sum of server TTFT + decode + ``agent_seconds`` (the
+    per-turn agent term) over turns, ``transport_seconds`` the round trips,
+    ``queue_seconds`` the P90 of the task's total wait over its turns (per-replica
+    queues, 0 without a load); total = queue + transport + generation + tool.
+    ``batch`` is the decode batch the load gives (GPUs).
     """
 
     model: str
@@ -152,6 +168,7 @@ class Prediction:
     transport_seconds: float
     queue_seconds: float
     total_seconds: float
+    agent_seconds: float
     wafers: int | None
     gpus_per_replica: int | None
     replicas: int
@@ -194,7 +211,9 @@ class _Served:
     deployment: Deployment
     software: str
     params: EngineParams
+    other_context: float  # context held by each co-batched stream (from the workload)
     batch: float | None  # GPU decode batch (co-scheduled streams per replica)
+    batch_cap: float | None = None  # the tier's batch cap (GPU streams per replica)
     token_line: _StepLine | None = None  # set by _serve
     transport_costs: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set by _serve
 
@@ -304,12 +323,34 @@ def _decode_step_line(
     )
 
 
-def _wafer_pass(s: _Served) -> float:
-    # One token through the pipeline: per-layer latency plus (P-1) wafer-to-wafer hops.
-    hop = (
-        s.p("t_link") + s.model.hidden_size * s.params.get("activation_bytes") / s.hw.link_bandwidth
+def _wafer_hop(s: _Served) -> float:
+    # Physical wafer-to-wafer hop: link latency + one token's activations over the I/O.
+    return (
+        s.params.get("wafer:t_link")
+        + s.model.hidden_size * s.params.get("activation_bytes") / s.hw.link_bandwidth
     )
-    return s.model.layers * s.p("t_layer") + (s.place.pipeline_stages - 1) * hop
+
+
+def _wafer_pass(s: _Served) -> float:
+    # One token through the pipeline: per layer a fixed latency plus the time the cores
+    # holding the layer take to stream its active weights (a layer's cores are its
+    # share of the wafer, so this is the wafer's active bytes / the effective SRAM
+    # bandwidth), plus (P-1) wafer-to-wafer hops.
+    # The cores a layer gets are set when the model is packed onto the fewest wafers
+    # that hold it; a deeper pipeline than that only adds hops (never faster).
+    m, place = s.model, s.place
+    active_fraction = m.active_params_decode / m.total_params
+    layer_bytes = m.weight_bytes / m.layers
+    eff_bw = s.hw.memory_bandwidth * s.p("eta_sram")
+    packed = max(placement(m, s.hw.key, context_tokens=place.context_tokens).layers_per_stage)
+    per_layer = s.p("t_layer") + active_fraction * packed * layer_bytes / eff_bw
+    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s)
+
+
+def _speculative(s: _Served) -> float:
+    if not s.deployment.speculative:
+        return 1.0
+    return s.params.get(f"{s.hw.kind}:speculative_multiplier")
 
 
 def _server_token_seconds(s: _Served, context: float) -> float:
@@ -320,17 +361,18 @@ def _server_token_seconds(s: _Served, context: float) -> float:
 def _token_line(s: _Served) -> _StepLine:
     # The per-token time of a served deployment as a line in the context length,
     # computed once per deployment (the hot path evaluates it per turn).
+    spec = _speculative(s)
     if s.hw.kind == "wafer":
         # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
-        bw = s.hw.memory_bandwidth
-        fixed = _wafer_pass(s) + s.p("t_fixed")
+        bw = s.hw.memory_bandwidth * spec
+        fixed = (_wafer_pass(s) + s.params.get("wafer:t_fixed")) / spec
         mem0 = s.model.decode_weight_bytes(1) / bw
         return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, fixed)
-    return _decode_step_line(
+    line = _decode_step_line(
         s.model,
         s.hw,
         batch=float(s.batch or 1),
-        other_context_tokens=s.params.get("batch_context_tokens"),
+        other_context_tokens=s.other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=s.place.pipeline_stages,
         eta_mem=s.p("eta_mem"),
@@ -338,6 +380,9 @@ def _token_line(s: _Served) -> _StepLine:
         allreduce_base=s.params.get("gpu:allreduce_base"),
         activation_bytes=s.params.get("activation_bytes"),
     )
+    fixed = line.fixed + s.params.get("gpu:step_overhead")
+    return _StepLine(line.mem0 / spec, line.mem1 / spec, line.flop0 / spec, line.flop1 / spec,
+                     fixed / spec)  # fmt: skip
 
 
 def _token_seconds(s: _Served, context: float) -> float:
@@ -371,7 +416,16 @@ def _prefill_seconds(s: _Served, new: int, cached: int) -> float:
     return max(t_flop, t_mem) + t_comm
 
 
-def _serve(model: ModelSpec, deployment: Deployment, params: EngineParams) -> _Served:
+def _serve(
+    model: ModelSpec,
+    deployment: Deployment,
+    params: EngineParams,
+    *,
+    batch: float | None = None,
+    context: float = 1024.0,
+) -> _Served:
+    # ``batch``: streams in flight per GPU replica (default: the tier's cap, i.e. full
+    # load); ``context``: the context each co-batched stream holds (the workload's).
     hw = resolve_device(deployment.device)
     software = deployment.software or params.software_for(hw.key)
     # Concurrency is planned for the typical co-scheduled context, not the worst case.
@@ -384,12 +438,15 @@ def _serve(model: ModelSpec, deployment: Deployment, params: EngineParams) -> _S
         nodes_per_replica=deployment.nodes_per_replica,
         streams_per_stage=params.get("wafer:streams_per_stage"),
     )
-    batch = None
+    b, cap = None, None
     if hw.kind == "gpu":
         tier_batch = params.get(f"tier:{deployment.tier}:batch")
-        # KV capacity caps the batch; fractional batches are allowed so the fit is smooth.
-        batch = max(1.0, min(tier_batch, float(place.streams_per_replica)))
-    served = _Served(model, hw, place, deployment, software, params, batch)
+        # KV capacity caps the batch at the context the streams actually hold (and at
+        # the planning context); fractional batches are allowed so the fit is smooth.
+        kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
+        cap = max(1.0, min(tier_batch, kv_streams))
+        b = cap if batch is None else max(1.0, min(float(batch), cap))
+    served = _Served(model, hw, place, deployment, software, params, float(context), b, cap)
     # Validate the software version now, with a clear message.
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
     return dataclasses.replace(
@@ -405,13 +462,17 @@ def token_speed(
     context_tokens: int = 1024,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> float:
-    """Client-observed decode tokens/s of one stream at ``context_tokens`` of context."""
+    """Client-observed decode tokens/s of one stream at ``context_tokens`` of context,
+    on a replica at its full batch (the tier's cap)."""
     _positive_int(context_tokens, "context_tokens", 0)
     if context_tokens > model.context_window:
         raise SimEngineError(
             f"context_tokens {context_tokens} exceeds {model.name}'s window {model.context_window}"
         )
-    return 1.0 / _token_seconds(_serve(model, deployment, params), context_tokens)
+    # One stream at ``context_tokens`` among co-batched streams at the planning context
+    # (predict() takes the co-batched context from the task instead).
+    s = _serve(model, deployment, params, context=params.get("batch_context_tokens"))
+    return 1.0 / _token_seconds(s, context_tokens)
 
 
 def _decode_span_seconds(s: _Served, start_context: int, tokens: int) -> float:
@@ -431,14 +492,16 @@ def _split(total: int, parts: int) -> list[int]:
 
 @dataclass(frozen=True)
 class _ServiceProfile:
-    # The load-free part of a prediction: what the hardware does for this task.
+    # The load-free part of a prediction at one decode batch: what the hardware does.
     served: _Served
-    raw: tuple[tuple[int, int, int, float, float], ...]
+    raw: tuple[tuple[int, int, int, float, float, float], ...]
     producing: float
     round_trip: float
-    generation: float  # sum of TTFT + decode over turns
+    generation: float  # sum of TTFT + decode + agent term over turns
+    agent: float  # the agent's per-turn term, summed over turns
     mean_service: float  # mean turn time, the queue's service time
-    capacity: int  # concurrent streams of the pool
+    replicas: int
+    servers_per_replica: int  # streams one replica serves at once
 
 
 @functools.lru_cache(maxsize=1024)
@@ -446,22 +509,39 @@ def _default_serve(model: ModelSpec, deployment: Deployment) -> _Served:
     return _serve(model, deployment, DEFAULT_PARAMS)
 
 
+def _chunks(s: _Served, tokens: int) -> int:
+    # Chunked prefill: a prompt rides this many decode steps (GPUs; wafers stream it).
+    if s.hw.kind != "gpu" or tokens <= 0:
+        return 1
+    return max(1, math.ceil(tokens / s.params.get("gpu:prefill_chunk_tokens")))
+
+
+def _interference(s: _Served, mean_prefill: float, mean_output: float) -> float:
+    # Chunked-prefill interference: the other (B - 1) streams' prefills share the decode
+    # steps, each taking its prefill time once per request of ``mean_output`` tokens.
+    if s.hw.kind != "gpu" or s.batch is None or mean_output <= 0:
+        return 0.0
+    return (s.batch - 1.0) * mean_prefill / mean_output
+
+
 def _service_profile(
-    model: ModelSpec, deployment: Deployment, task: TaskProfile, params: EngineParams
+    model: ModelSpec,
+    deployment: Deployment,
+    task: TaskProfile,
+    params: EngineParams,
+    batch: float | None = None,
 ) -> _ServiceProfile:
-    s = (
-        _default_serve(model, deployment)
-        if params is DEFAULT_PARAMS
-        else _serve(model, deployment, params)
-    )
+    # Co-batched streams are turns of the same kind of task: they hold its mean context.
+    context_mean = task.input_tokens + (task.output_tokens + task.tool_result_tokens) / 2.0
+    s = _serve(model, deployment, params, batch=batch, context=context_mean)
 
     outputs = _split(task.output_tokens, task.turns)
     tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
     round_trip = s.transport("round_trip")
     overhead = s.transport("ttft_overhead")
+    agent_term = params.get("agent:turn_overhead") if task.turns > 1 else 0.0
 
-    raw: list[tuple[int, int, int, float, float]] = []
-    producing = 0.0  # time spent emitting tokens (first token + the rest)
+    turns: list[tuple[int, int, int, float]] = []
     context = 0
     for k in range(task.turns):
         new_input = task.input_tokens if k == 0 else tool_tokens[k]
@@ -470,36 +550,46 @@ def _service_profile(
         else:
             cached, new = 0, context + new_input
         context += new_input
-        # TTFT: server overhead + prefill of the uncached tokens + the first token.
-        first = _token_seconds(s, context)
-        ttft = overhead + _prefill_seconds(s, new, cached) + first
-        decode = _decode_span_seconds(s, context + 1, outputs[k] - 1)
-        producing += first + decode
-        raw.append((new, cached, outputs[k], ttft, decode))
+        turns.append((new, cached, context, _prefill_seconds(s, new, cached)))
         context += outputs[k]
+    extra = _interference(s, sum(t[3] for t in turns) / task.turns, task.output_tokens / task.turns)
 
-    capacity = (s.place.replicas or 1) * (
-        int(s.batch) if s.batch is not None else s.place.streams_per_replica
-    )
-    generation = sum(t + d for _, _, _, t, d in raw)
+    raw: list[tuple[int, int, int, float, float, float]] = []
+    producing = 0.0  # time spent emitting tokens (first token + the rest)
+    for k, (new, cached, ctx, prefill) in enumerate(turns):
+        # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode
+        # steps on a GPU) + the first token. Nothing of the agent's per-turn term.
+        first = _token_seconds(s, ctx) + extra
+        ttft = overhead + prefill + first + (_chunks(s, new) - 1) * _server_token_seconds(s, ctx)
+        decode = _decode_span_seconds(s, ctx + 1, outputs[k] - 1) + (outputs[k] - 1) * extra
+        producing += first + decode
+        raw.append((new, cached, outputs[k], ttft, decode, agent_term))
+
+    if s.hw.kind == "gpu":
+        per_replica = max(1, int(s.batch_cap or 1))
+    else:
+        per_replica = s.place.streams_per_replica
+    generation = sum(t + d + a for _, _, _, t, d, a in raw)
     return _ServiceProfile(
         s,
         tuple(raw),
         producing,
         round_trip,
         generation,
+        agent_term * task.turns,
         generation / task.turns,
-        capacity,
+        s.place.replicas or 1,
+        per_replica,
     )
 
 
 # The router asks for the same (model, deployment, task) many times with different
-# loads; with the default parameters the load-free part is cached.
+# loads; with the default parameters the load-free part is cached per decode batch.
 @functools.lru_cache(maxsize=65536)
 def _default_service_profile(
-    model: ModelSpec, deployment: Deployment, task: TaskProfile
+    model: ModelSpec, deployment: Deployment, task: TaskProfile, batch: float | None = None
 ) -> _ServiceProfile:
-    return _service_profile(model, deployment, task, DEFAULT_PARAMS)
+    return _service_profile(model, deployment, task, DEFAULT_PARAMS, batch)
 
 
 def predict(
@@ -516,10 +606,14 @@ def predict(
 
     ``breakdown=False`` leaves ``turns`` empty: the router's hot path needs only totals.
 
-    ``load`` is the utilisation rho in [0, 1) of the tier's share of the pool; the
-    per-turn P90 wait comes from :func:`wait_estimate` (M/M/c with c = the pool's stream
-    capacity, service = mean turn time). ``tier_mix`` (load shares of tiers sharing the
-    pool) switches to non-preemptive priority classes (TIER_PRIORITY order).
+    ``load`` is the utilisation rho in [0, 1) of the tier's share of the pool. On GPUs
+    it sets the decode batch (continuous batching: rho x the tier's batch cap streams
+    in flight per replica; without a load, the cap: the full-load speed the published
+    tier figures describe). Requests are routed to replicas at random, so each replica
+    is its own M/M/c queue (c = the streams it serves at once, arrivals = 1/replicas of
+    the pool's); ``queue_seconds`` is the P90 of the task's total wait over its turns.
+    ``tier_mix`` (load shares of tiers sharing the pool) switches to non-preemptive
+    priority classes (TIER_PRIORITY order).
 
     Raises SimEngineError for load >= 1, a task that outgrows the context window,
     unknown device/tier/transport/software, or a model that does not fit the pool.
@@ -541,34 +635,45 @@ def predict(
             f"the task's context grows to {task.final_context_tokens} tokens, above "
             f"{model.name}'s context window {model.context_window}"
         )
-    if params is DEFAULT_PARAMS:
-        prof = _default_service_profile(model, deployment, task)
+    default = params is DEFAULT_PARAMS
+    batch = None
+    if load is not None:
+        base = _default_serve(model, deployment) if default else _serve(model, deployment, params)
+        if base.batch_cap is not None:
+            # Streams in flight per replica at this load (whole streams: cache-friendly).
+            batch = float(max(1, round(load * base.batch_cap)))
+    if default:
+        prof = _default_service_profile(model, deployment, task, batch)
     else:
-        prof = _service_profile(model, deployment, task, params)
+        prof = _service_profile(model, deployment, task, params, batch)
     s, raw, producing, round_trip = prof.served, prof.raw, prof.producing, prof.round_trip
 
-    # Queue: per-turn wait at the given load, from the closed form.
-    wait_p90 = 0.0
+    # Queue: one M/M/c per replica (random routing splits the Poisson arrivals).
+    queue = 0.0
     saturated = False
-    capacity = prof.capacity
+    servers = prof.servers_per_replica
+    capacity = servers * prof.replicas
     if load is not None and load > 0:
         mu = 1.0 / prof.mean_service
-        total_rate = load * capacity * mu
+        rate = load * servers * mu  # per replica
         if tier_mix:
-            est = _priority_wait(deployment.tier, tier_mix, capacity, total_rate, mu)
+            prob, cond_mean, saturated = _priority_wait(
+                deployment.tier, tier_mix, servers, rate, mu
+            )
         else:
-            est = mmc_p90_wait(capacity, total_rate, mu)
-        wait_p90, saturated = est
+            prob = erlang_c(servers, load * servers)
+            cond_mean = 1.0 / (servers * mu - rate)
+        queue = math.inf if saturated else total_wait_quantile(prob, cond_mean, task.turns)
 
     turns: tuple[TurnBreakdown, ...] = ()
     if breakdown:
+        per_turn = queue / task.turns
         turns = tuple(
-            TurnBreakdown(k + 1, new, cached, out, wait_p90, round_trip, ttft, decode)
-            for k, (new, cached, out, ttft, decode) in enumerate(raw)
+            TurnBreakdown(k + 1, new, cached, out, per_turn, round_trip, ttft, decode, agent)
+            for k, (new, cached, out, ttft, decode, agent) in enumerate(raw)
         )
     generation = prof.generation
     transport = round_trip * task.turns
-    queue = wait_p90 * task.turns
     return Prediction(
         model=model.name,
         device=s.hw.key,
@@ -582,6 +687,7 @@ def predict(
         transport_seconds=transport,
         queue_seconds=queue,
         total_seconds=queue + transport + generation + task.tool_seconds,
+        agent_seconds=prof.agent,
         wafers=s.place.wafers_per_replica,
         gpus_per_replica=s.place.nodes_per_replica if s.hw.kind == "gpu" else None,
         replicas=s.place.replicas or 0,
@@ -595,7 +701,8 @@ def predict(
 
 def _priority_wait(
     tier: str, tier_mix: Mapping[str, float], servers: int, total_rate: float, mu: float
-) -> tuple[float, bool]:
+) -> tuple[float, float, bool]:
+    # (P(wait), mean wait of those who wait, saturated) of the tier's priority class.
     if tier not in tier_mix:
         raise SimEngineError(f"tier_mix must include the deployment's tier {tier!r}")
     unknown = set(tier_mix) - set(TIER_PRIORITY)
@@ -613,5 +720,79 @@ def _priority_wait(
     est = wait_estimate(servers, rates, mu)
     mine = est.classes[classes.index(TIER_PRIORITY[tier])] if est.classes else None
     if mine is None:  # only one class present
-        return est.p90_wait, est.saturated
-    return mine.p90_wait, mine.saturated
+        mean, sat = est.mean_wait, est.saturated
+    else:
+        mean, sat = mine.mean_wait, mine.saturated
+    if sat:
+        return 1.0, math.inf, True
+    if est.prob_wait <= 0 or mean <= 0:
+        return 0.0, 0.0, False
+    return est.prob_wait, mean / est.prob_wait, False
+
+
+def _resolve_software(params: EngineParams, deployment: Deployment) -> Deployment:
+    # A figure dated in a software era the parameters do not name uses the latest
+    # calibrated version not newer than it (e.g. a 2024-11 figure -> the 2024.10 fit).
+    if deployment.software is None:
+        return deployment
+    hw = resolve_device(deployment.device)
+    probe = "t_layer" if hw.kind == "wafer" else "eta_mem"
+    known = sorted(
+        {
+            k.split("@", 1)[1].split(":", 1)[0]
+            for k in params.values
+            if k.endswith(f":{probe}") and k.split("@", 1)[0] in (hw.key, hw.kind)
+        }
+    )
+    if deployment.software in known:
+        return deployment
+    earlier = [v for v in known if v <= deployment.software]
+    if not earlier:
+        return deployment  # _serve names the missing version
+    return dataclasses.replace(deployment, software=earlier[-1])
+
+
+def serving_point(
+    model: ModelSpec,
+    deployment: Deployment,
+    *,
+    concurrency: int,
+    input_tokens: int,
+    output_tokens: int,
+    speculative: bool = False,
+    with_transport: bool = False,
+    params: EngineParams = DEFAULT_PARAMS,
+) -> dict[str, float]:
+    """One replica serving ``concurrency`` closed-loop streams of (input, output) requests.
+
+    The figures a serving benchmark (NIM, vLLM, TensorRT-LLM) reports: TTFT, time per
+    output token, per-stream tokens/s and the replica's throughput. ``with_transport``
+    adds the API round trip and per-token overheads (a client-side measurement).
+    """
+    _positive_int(concurrency, "concurrency", 1)
+    deployment = _resolve_software(params, deployment)
+    if speculative != deployment.speculative:
+        deployment = dataclasses.replace(deployment, speculative=speculative)
+    # The benchmark's concurrency is the decode batch (up to what the KV cache holds).
+    p = params.with_values({f"tier:{deployment.tier}:batch": float(concurrency)})
+    context = input_tokens + output_tokens / 2.0
+    s = _serve(model, deployment, p, batch=float(concurrency), context=context)
+    prefill = _prefill_seconds(s, input_tokens, 0)
+    step = _server_token_seconds(s, context)
+    tpot = step + _interference(s, prefill, output_tokens)
+    ttft = prefill + _chunks(s, input_tokens) * step
+    if with_transport:
+        tpot += s.transport("per_token")
+        ttft += s.transport("ttft_overhead") + s.transport("round_trip")
+    streams = s.batch if s.batch is not None else min(concurrency, s.place.streams_per_replica)
+    cycle = ttft + (output_tokens - 1) * tpot
+    return {
+        "ttft_seconds": ttft,
+        "time_per_output_token_seconds": tpot,
+        "tokens_per_second": 1.0 / tpot,
+        "throughput_tokens_per_second": streams * output_tokens / cycle,
+        "devices": s.place.nodes_per_replica,
+        "tensor_parallel": s.place.tensor_parallel or 1,
+        "pipeline_stages": s.place.pipeline_stages,
+        "software": s.software,
+    }

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import pdtr
+from scipy.special import gammaincinv, pdtr
 
 from .errors import SimEngineError
 
@@ -106,6 +106,33 @@ def mmc_p90_wait(servers: int, arrival_rate: float, service_rate: float) -> tupl
         return 0.0, False
     prob_wait = erlang_c(servers, offered)
     return _tail_quantile(prob_wait, 1.0 / (servers * service_rate - arrival_rate), 0.9), False
+
+
+def total_wait_quantile(
+    prob_wait: float, conditional_mean: float, turns: int, q: float = 0.9
+) -> float:
+    """Quantile of a task's total wait over ``turns`` queue visits (not a sum of quantiles).
+
+    Each visit waits with probability ``prob_wait``, then an exponential time of mean
+    ``conditional_mean`` (the M/M/c FCFS wait). The total is 0 with probability
+    (1 - p)^n, otherwise a sum of exponentials, approximated by a gamma matched on its
+    first two moments (exact for one turn).
+    """
+    if prob_wait <= 0 or conditional_mean <= 0 or turns < 1:
+        return 0.0
+    if not math.isfinite(conditional_mean):
+        return math.inf
+    n, p, m = turns, min(prob_wait, 1.0), conditional_mean
+    p_zero = (1.0 - p) ** n
+    if p_zero >= q:
+        return 0.0
+    positive = 1.0 - p_zero
+    mean = n * p * m / positive
+    second = (n * 2.0 * p * m * m + n * (n - 1) * p * p * m * m) / positive
+    var = max(second - mean * mean, 1e-300)
+    shape, scale = mean * mean / var, var / mean
+    # P(S > t) = 1 - q  <=>  P(S > t | S > 0) = (1 - q) / positive.
+    return float(gammaincinv(shape, 1.0 - (1.0 - q) / positive)) * scale
 
 
 def wait_estimate(

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .holdout import HoldoutResult
 from .perf import Prediction
 from .results import CalibrationResult
 
@@ -45,10 +46,11 @@ def prediction_table(pred: Prediction) -> str:
         ("tokens/s", _num(pred.tokens_per_second)),
         ("TTFT (s)", _num(pred.ttft_seconds)),
         ("generation (s)", _num(pred.generation_seconds)),
+        ("  agent per-turn (s)", _num(pred.agent_seconds)),
         ("tools (s)", _num(pred.tool_seconds)),
         ("transport (s)", _num(pred.transport_seconds)),
         (
-            "queue P90 (s)",
+            "queue P90, task (s)",
             _num(pred.queue_seconds) + (" SATURATED" if pred.queue_saturated else ""),
         ),
         ("total (s)", _num(pred.total_seconds)),
@@ -58,11 +60,11 @@ def prediction_table(pred: Prediction) -> str:
     shown = turns if len(turns) <= 6 else turns[:3] + turns[-3:]
     rows = [
         (str(t.turn), str(t.new_tokens), str(t.cached_tokens), str(t.output_tokens),
-         _num(t.wait), _num(t.transport), _num(t.ttft), _num(t.decode))
+         _num(t.wait), _num(t.transport), _num(t.ttft), _num(t.decode), _num(t.agent))
         for t in shown
     ]  # fmt: skip
     text += "\n\n" + _table(
-        ["turn", "new", "cached", "out", "wait", "transport", "ttft", "decode"], rows
+        ["turn", "new", "cached", "out", "wait", "transport", "ttft", "decode", "agent"], rows
     )
     if len(turns) > 6:
         text += f"\n({len(turns) - 6} middle turns not shown)"
@@ -100,8 +102,44 @@ def calibration_table(result: CalibrationResult) -> str:
         )
     )
     text += "\n" + _table(["parameter", "value", "prior", "data share", "note"], prow)
+    if result.fitted:
+        text += (
+            f"\nsensitivity rank {result.rank} for {len(result.parameters)} fitted parameters "
+            f"({sum(r.fitted for r in result.rows)} fit targets; checks and input identities "
+            "are not counted)"
+        )
     text += "\n\n" + ("all targets PASS" if result.passed else f"{len(result.failures)} FAIL")
     return text
+
+
+def holdout_table(result: HoldoutResult) -> str:
+    """Hold-out figures (never fitted): figure, source, model, predicted, published, error."""
+    rows = [
+        (r.id, r.model, r.metric.replace("_seconds", " s").replace("_", " "),
+         _num(r.predicted), _num(r.published), f"{r.error:+.1%}", f"{r.source[:48]} ({r.date})")
+        for r in result.rows
+    ]  # fmt: skip
+    text = "hold-out figures (never used in the fit)\n" + _table(
+        ["figure", "model", "metric", "predicted", "published", "error", "source"], rows
+    )
+    text += (
+        f"\n\nhold-out: median |error| {result.median_abs_error:.1%}, "
+        f"max |error| {result.max_abs_error:.1%} "
+        f"({'PASS' if result.passed else 'FAIL'}: median <= 15 %, none > 30 %)"
+    )
+    return text
+
+
+def leave_one_out_table(checks: Mapping[str, Sequence[Any]]) -> str:
+    """Leave-one-out refits: each left-out target, what the refit predicts, the error."""
+    rows = [
+        (group, r.name, _num(r.published), _num(r.predicted), f"{r.error:+.1%}")
+        for group, group_rows in checks.items()
+        for r in group_rows
+    ]
+    return "leave-one-out refits (target left out, then predicted)\n" + _table(
+        ["check", "left out", "published", "refit predicts", "error"], rows
+    )
 
 
 def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:

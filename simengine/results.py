@@ -53,6 +53,10 @@ class CalibrationResult:
     fitted: bool
     iterations: int
     cost: float
+    # Rank of the fit targets' sensitivity to the fitted parameters (singular values
+    # above RANK_TOLERANCE of the largest); never below the number of fitted parameters.
+    rank: int = 0
+    singular_values: tuple[float, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -73,5 +77,6 @@ class CalibrationResult:
             "fitted": self.fitted,
             "iterations": self.iterations,
             "cost": self.cost,
+            "rank": self.rank,
             "passed": self.passed,
         }

@@ -177,7 +177,11 @@ def route(
         fits = task_fits(model, req)
         fits_somewhere |= fits
         for option in model.tiers:
-            load = loads.get(option.pool_id, 0.0)
+            # A pool without a measured load runs at the operating point the published
+            # tier speeds describe (the engine's load=None); a measured load sets the
+            # decode batch (continuous batching) and the replicas' queues.
+            measured = loads.get(option.pool_id)
+            load = 0.0 if measured is None else measured
             cost = task_cost(option, req)
             cand = Candidate(
                 model=model.slug,
@@ -209,7 +213,7 @@ def route(
                 continue
             try:
                 pred = simengine.predict(
-                    model.spec, option.deployment, task, load=load, breakdown=False
+                    model.spec, option.deployment, task, load=measured, breakdown=False
                 )
             except simengine.SimEngineError as exc:
                 cand.reason = f"cannot run: {exc}"

@@ -124,7 +124,11 @@ def test_calibrate_prints_every_target_within_tolerance(builtin_catalog):
         "h200_70b_bf16_ceiling",
     ):
         assert target in text
-    assert "FAIL" not in text and "all targets PASS" in text
+    fit, _, holdout = text.partition("hold-out figures (never used in the fit)")
+    assert "FAIL" not in fit and "all targets PASS" in fit
+    # Then the hold-out table: figure, model, predicted, published, error, source.
+    assert "nim-l33-70b-tpot-c1" in holdout and "cerebras-l31-405b-speed" in holdout
+    assert "median |error|" in holdout
 
 
 def test_calibrate_json_has_residuals_for_every_row(builtin_catalog):
@@ -133,6 +137,7 @@ def test_calibrate_json_has_residuals_for_every_row(builtin_catalog):
     data = json.loads(out.getvalue())
     assert data["rows"] and all(row["passed"] for row in data["rows"])
     assert all("residual" in row for row in data["rows"])
+    assert len(data["holdout"]["rows"]) >= 12
 
 
 def test_calibrate_without_catalog_says_what_to_do(db):

@@ -5,7 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
-from simengine.report import calibration_table
+from simengine.holdout import evaluate_holdout
+from simengine.report import calibration_table, holdout_table
 
 
 class Command(BaseCommand):
@@ -32,10 +33,13 @@ class Command(BaseCommand):
             result = simengine.calibrate(fit=not o["check"], **inputs)
         except simengine.SimEngineError as exc:
             raise CommandError(str(exc)) from exc
+        holdout = evaluate_holdout(result.params)
         if o["json"]:
-            self.stdout.write(json.dumps(result.to_dict(), indent=2, default=str))
+            data = {**result.to_dict(), "holdout": holdout.to_dict()}
+            self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
             self.stdout.write(calibration_table(result))
+            self.stdout.write("\n" + holdout_table(holdout))
         if not result.passed:
             names = ", ".join(r.name for r in result.failures)
             raise CommandError(f"Targets outside tolerance: {names}")

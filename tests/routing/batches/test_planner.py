@@ -89,7 +89,9 @@ def test_standard_capacity_is_batch_priced_too():
 
 
 def test_a_window_flex_alone_misses_mixes_in_ultrafast_and_costs_less_than_all_ultrafast():
-    window = 2400
+    # (Issue 15: flex streams hold the task's real context, so fewer fit a replica and
+    # each is slower; the fastest mix now needs about 51 min, hence a 1-hour window.)
+    window = 3600
     assert plan(1000, 8 * 3600).makespan_seconds > window  # batch pricing alone: too slow
     p = plan(1000, window)
     assert p.feasible and p.makespan_seconds <= window
@@ -164,13 +166,13 @@ def test_makespan_never_decreases_as_the_batch_grows():
 
 def test_cost_never_decreases_as_the_window_shrinks():
     last = Decimal(0)
-    windows = range(4000, 2350, -50)
+    windows = range(6000, 3050, -50)
     for window in windows:
         p = plan(1000, window)
         assert p.feasible
         assert p.cost >= last
         last = p.cost
-    assert last > plan(1000, 4000).cost  # the range did bite
+    assert last > plan(1000, 6000).cost  # the range did bite
 
 
 def test_several_groups_on_a_shared_pool():
@@ -211,7 +213,7 @@ def test_a_model_with_no_tier_with_room_is_an_error():
 
 
 def test_plan_to_dict_is_json():
-    data = json.loads(json.dumps(plan(1000, 2400).to_dict()))
+    data = json.loads(json.dumps(plan(1000, 3600).to_dict()))
     assert data["feasible"] is True and data["tiers"] == ["flex", "ultrafast"]
     assert Decimal(data["cost"]) == sum(Decimal(a["cost"]) for a in data["assignments"])
 

@@ -1,0 +1,286 @@
+"""Predictions for any architecture from a small JSON spec (``python -m simengine predict``).
+
+A spec describes one model, the hardware it runs on and a closed-loop workload
+(``concurrency`` streams each sending ``input_tokens`` in and reading ``output_tokens``
+out, the way NIM/vLLM/TensorRT-LLM benchmarks are run)::
+
+    {"model": {"name": "llama-3.3-70b", "layers": 80, "hidden": 8192, "heads": 64,
+               "kv_heads": 8, "head_dim": 128, "params_b": 70.6,
+               "active_params_b": 70.6, "dtype": "fp8"},
+     "hardware": "h100", "devices": 2, "tensor_parallel": 2, "concurrency": 1,
+     "input_tokens": 1000, "output_tokens": 500, "speculative": false}
+
+Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
+there); an unknown field anywhere is an error, as is a wrong type or range. Every
+error is a :class:`SimEngineError` with a one-line message naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import SimEngineError
+from .hardware import HARDWARE
+from .model import ModelSpec, kv_bytes_per_token
+from .params import DEFAULT_PARAMS, EngineParams
+from .perf import Deployment, serving_point
+
+# Bytes per value of the data types a spec may name.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "fp4": 0.5,
+    "mxfp4": 0.5,
+    "int4": 0.5,
+}
+# ``hardware`` names accepted in a spec -> engine device keys.
+SPEC_HARDWARE: dict[str, str] = {"h100": "h100", "h200": "h200", "b200": "b200", "cs-3": "wse-3"}
+
+# Top-level fields and their defaults (None = required, or derived as noted).
+SPEC_DEFAULTS: dict[str, Any] = {
+    "model": None,  # required: see MODEL_DEFAULTS
+    "hardware": None,  # required: h100 | h200 | b200 | cs-3
+    "devices": None,  # default: the fewest that hold the model (GPUs: = tensor_parallel)
+    "tensor_parallel": None,  # GPUs only; default = devices (or the smallest group that fits)
+    "concurrency": 1,  # streams in flight on the replica (closed loop)
+    "input_tokens": 1000,
+    "output_tokens": 500,
+    "speculative": False,  # speculative decoding (wafers: the fitted multiplier)
+    "software": None,  # calibrated software version; default: the device's current one
+    "transport": "none",  # none (server-side benchmark) | reworked | legacy
+}
+MODEL_DEFAULTS: dict[str, Any] = {
+    "name": "custom",
+    "layers": None,  # required
+    "hidden": None,  # required
+    "heads": None,  # default: hidden / head_dim
+    "kv_heads": None,  # default: heads (no grouped-query attention)
+    "head_dim": 128,
+    "params_b": None,  # required, billions
+    "active_params_b": None,  # default: params_b (dense)
+    "dtype": "bf16",  # weights
+    "kv_dtype": None,  # KV cache; default: dtype
+    "kv_bytes_per_token": None,  # a published compressed-cache size overrides the formula
+    "context_window": None,  # default: max(8192, input_tokens + output_tokens)
+}
+
+
+def _err(msg: str) -> SimEngineError:
+    return SimEngineError(msg.replace("\n", " "))
+
+
+def _int(data: Mapping[str, Any], key: str, where: str, minimum: int = 1) -> int:
+    v = data[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _err(f"{where}{key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _num(data: Mapping[str, Any], key: str, where: str) -> float:
+    v = data[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise _err(f"{where}{key} must be a number > 0, got {v!r}")
+    return float(v)
+
+
+def _dtype(data: Mapping[str, Any], key: str, where: str) -> float:
+    v = data[key]
+    if v not in DTYPE_BYTES:
+        raise _err(f"{where}{key} must be one of {sorted(DTYPE_BYTES)}, got {v!r}")
+    return DTYPE_BYTES[v]
+
+
+def _fill(data: Any, defaults: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise _err(f"{where or 'spec'} must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(defaults))
+    if unknown:
+        raise _err(f"unknown field {where}{unknown[0]!r}; known: {sorted(defaults)}")
+    out = {**defaults, **data}
+    return out
+
+
+def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
+    """A ModelSpec from a spec's ``model`` object (KV bytes derived from the architecture)."""
+    m = _fill(data, MODEL_DEFAULTS, "model.")
+    for key in ("layers", "hidden", "params_b"):
+        if m[key] is None:
+            raise _err(f"model.{key} is required")
+    layers = _int(m, "layers", "model.")
+    hidden = _int(m, "hidden", "model.")
+    head_dim = _int(m, "head_dim", "model.")
+    heads = hidden // head_dim if m["heads"] is None else _int(m, "heads", "model.")
+    kv_heads = heads if m["kv_heads"] is None else _int(m, "kv_heads", "model.")
+    if kv_heads > heads:
+        raise _err(f"model.kv_heads ({kv_heads}) must be <= model.heads ({heads})")
+    params = _num(m, "params_b", "model.") * 1e9
+    active = params if m["active_params_b"] is None else _num(m, "active_params_b", "model.") * 1e9
+    if active > params * (1 + 1e-9):
+        raise _err(f"model.active_params_b ({active / 1e9:g}) exceeds params_b ({params / 1e9:g})")
+    bpp = _dtype(m, "dtype", "model.")
+    kv_b = bpp if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
+    if m["kv_bytes_per_token"] is None:
+        kv = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
+    else:
+        kv = _num(m, "kv_bytes_per_token", "model.")
+    window = (
+        max(8192, tokens) if m["context_window"] is None else _int(m, "context_window", "model.")
+    )
+    name = m["name"]
+    if not isinstance(name, str) or not name:
+        raise _err(f"model.name must be a non-empty string, got {name!r}")
+    return ModelSpec(
+        name=name,
+        total_params=params,
+        active_params_prefill=active,
+        active_params_decode=active,
+        layers=layers,
+        hidden_size=hidden,
+        bytes_per_param=bpp,
+        kv_bytes_per_token=kv,
+        context_window=window,
+    )
+
+
+def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
+    """Validate a spec: (model, deployment, workload) or a one-line SimEngineError."""
+    s = _fill(data, SPEC_DEFAULTS, "")
+    if s["model"] is None:
+        raise _err("model is required")
+    if s["hardware"] not in SPEC_HARDWARE:
+        raise _err(f"hardware must be one of {sorted(SPEC_HARDWARE)}, got {s['hardware']!r}")
+    device = SPEC_HARDWARE[s["hardware"]]
+    hw = HARDWARE[device]
+    concurrency = _int(s, "concurrency", "")
+    inp = _int(s, "input_tokens", "")
+    out = _int(s, "output_tokens", "")
+    if not isinstance(s["speculative"], bool):
+        raise _err(f"speculative must be true or false, got {s['speculative']!r}")
+    if s["transport"] not in ("none", "reworked", "legacy"):
+        raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
+    if s["software"] is not None and not isinstance(s["software"], str):
+        raise _err(f"software must be a version string, got {s['software']!r}")
+    model = model_from_spec(s["model"], tokens=inp + out)
+    devices = None if s["devices"] is None else _int(s, "devices", "")
+    tp = None if s["tensor_parallel"] is None else _int(s, "tensor_parallel", "")
+    if hw.kind == "wafer":
+        if tp not in (None, 1):
+            raise _err(f"tensor_parallel applies to GPUs only; cs-3 splits layers (got {tp})")
+        npr = devices
+    else:
+        if tp is not None and tp > hw.max_tensor_parallel:
+            raise _err(f"tensor_parallel must be <= {hw.max_tensor_parallel} on {s['hardware']}")
+        if tp is not None and devices is not None and devices % tp:
+            raise _err(f"devices ({devices}) must be a multiple of tensor_parallel ({tp})")
+        npr = devices if devices is not None else tp
+    try:
+        deployment = Deployment(
+            device,
+            npr or 1,
+            "standard",
+            "reworked" if s["transport"] == "none" else s["transport"],
+            software=s["software"],
+            nodes_per_replica=npr,
+        )
+    except SimEngineError as exc:
+        raise _err(str(exc)) from None
+    workload = {
+        "concurrency": concurrency,
+        "input_tokens": inp,
+        "output_tokens": out,
+        "speculative": s["speculative"],
+        "transport": s["transport"],
+    }
+    if inp + out > model.context_window:
+        raise _err(
+            f"input_tokens + output_tokens ({inp + out}) exceed model.context_window "
+            f"({model.context_window})"
+        )
+    return model, deployment, workload
+
+
+def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, Any]:
+    """Predicted serving figures for a spec (see module docstring).
+
+    Returns ``ttft_seconds``, ``time_per_output_token_seconds``, ``tokens_per_second``
+    (one stream), ``throughput_tokens_per_second`` (all streams of the replica),
+    ``kv_bytes_per_token`` plus the placement used (devices, tensor_parallel,
+    pipeline_stages).
+    """
+    model, deployment, w = parse_spec(data)
+    if deployment.nodes_per_replica is None:
+        # Let placement choose the smallest replica, then pool = one replica.
+        from .placement import placement
+
+        place = placement(model, deployment.device, context_tokens=model.context_window)
+        deployment = Deployment(
+            deployment.device,
+            place.nodes_per_replica,
+            deployment.tier,
+            deployment.transport,
+            software=deployment.software,
+            nodes_per_replica=place.nodes_per_replica,
+        )
+    point = serving_point(
+        model,
+        deployment,
+        concurrency=w["concurrency"],
+        input_tokens=w["input_tokens"],
+        output_tokens=w["output_tokens"],
+        speculative=w["speculative"],
+        with_transport=w["transport"] != "none",
+        params=params,
+    )
+    point["kv_bytes_per_token"] = model.kv_bytes_per_token
+    return point
+
+
+_OUTPUT_KEYS = (
+    "ttft_seconds",
+    "time_per_output_token_seconds",
+    "tokens_per_second",
+    "throughput_tokens_per_second",
+    "kv_bytes_per_token",
+)
+
+
+def predict_main(argv: list[str] | None = None) -> int:
+    """CLI: ``predict --spec FILE.json [--json]``; bad input is one line on stderr, exit 2."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(
+        prog="python -m simengine predict", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--spec", required=True, help="JSON file (see simengine/spec.py)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.spec, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        print(f"error: cannot read {args.spec}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(
+            f"error: {args.spec} is not valid JSON: {exc.msg} at line {exc.lineno}", file=sys.stderr
+        )
+        return 2
+    try:
+        result = predict_spec(data)
+    except SimEngineError as exc:
+        print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        for key in (*_OUTPUT_KEYS, "devices", "tensor_parallel", "pipeline_stages", "software"):
+            v = result[key]
+            print(f"{key:32s} {v:.6g}" if isinstance(v, float) else f"{key:32s} {v}")
+    return 0
