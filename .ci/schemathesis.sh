@@ -49,8 +49,9 @@ mkdir -p "$work/static"
 "$BIN/python" manage.py demo_setup >/dev/null
 key=$(grep '^demo api key: ' "$work/demo-credentials.txt" | cut -d' ' -f4)
 
-"$BIN/gunicorn" deploy.wsgi -b "127.0.0.1:$port" -w 2 -k gthread --threads 4 \
-  --log-level warning >"$work/web.log" 2>&1 &
+# The server as deployed (deploy/run.sh): gunicorn with uvicorn workers on the ASGI app.
+"$BIN/gunicorn" deploy.asgi:application -b "127.0.0.1:$port" -w 2 -k uvicorn_worker.UvicornWorker \
+  --no-control-socket --log-level warning >"$work/web.log" 2>&1 &
 web_pid=$!
 base="http://127.0.0.1:$port"
 for _ in $(seq 1 60); do

@@ -62,7 +62,8 @@ start() { # worker | beat | web
     # ASGI (uvicorn workers under gunicorn): a streaming chat completion holds a
     # coroutine, not a thread (README "Serving: ASGI").
     web) cmd=("$PY" -m gunicorn deploy.asgi:application -k uvicorn_worker.UvicornWorker
-      -b "$HOST:$PORT" -w "${WEB_WORKERS:-2}" --graceful-timeout "$STOP_GRACE_SECONDS") ;;
+      -b "$HOST:$PORT" -w "${WEB_WORKERS:-2}" --graceful-timeout "$STOP_GRACE_SECONDS"
+      --no-control-socket) ;; # (gunicorn 27's one per user: instances would share it)
   esac
   if [[ $name == web ]]; then
     $SETSID "${cmd[@]}" &

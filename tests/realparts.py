@@ -942,6 +942,7 @@ def web_argv(host: str, port: int, *, workers: int = 1) -> list[str]:
         "-k", "uvicorn_worker.UvicornWorker",
         "-b", f"{host}:{port}",
         "-w", str(workers),
+        "--no-control-socket",  # gunicorn 27's default path is one per user
     ]  # fmt: skip
 
 
