@@ -320,6 +320,13 @@ CELERY_BEAT_SCHEDULE = {
 # job queued in the database for the sweeper to send again.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.2}
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
+# Redis or RabbitMQ (amqp://user:pass@host:5672/vhost) with the same settings: durable
+# queues and persistent messages are kombu's defaults, and neither publisher confirms nor
+# quorum queues are needed, because a message lost in a broker crash is sent again by a
+# sweep (the row is the truth). A worker holds a countdown message unacked until it is
+# due, which RabbitMQ allows for consumer_timeout (30 min) and Redis for the visibility
+# timeout (1 h): no countdown is longer than this (a job's finish checks in again).
+BROKER_MAX_COUNTDOWN_SECONDS = float(os.environ.get("BROKER_MAX_COUNTDOWN_SECONDS", "600"))
 
 # --- Simulated time -------------------------------------------------------------------
 # Simulated seconds per wall second: 1 is real time; demos and tests compress it.

@@ -71,12 +71,13 @@ def dispatched(monkeypatch) -> Dispatched:
 
 
 @pytest.fixture
-def stack(postgres_server, redis_server):
+def stack(postgres_server, redis_server, broker_server):
     """The service's own processes (web, workers, beat) on throwaway PostgreSQL and Redis
-    (tests/stack.py); a test module may override it with other settings."""
+    (tests/stack.py); the broker is `broker_server` (Redis unless the test parametrizes
+    it); a test module may override it with other settings."""
     from tests.stack import Stack
 
-    s = Stack(postgres_server, redis_server)
+    s = Stack(postgres_server, redis_server, broker=broker_server)
     try:
         yield s
     finally:

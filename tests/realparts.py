@@ -1,15 +1,17 @@
-"""Real servers for tests: a throwaway Redis, a throwaway PostgreSQL cluster, and the
-project's Celery worker / beat as subprocesses, all started, stopped, killed and
-restarted by the test itself.
+"""Real servers for tests: a throwaway Redis, a throwaway RabbitMQ node, a throwaway
+PostgreSQL cluster, and the project's Celery worker / beat as subprocesses, all
+started, stopped, killed and restarted by the test itself.
 
-Nothing here touches the machine's shared PostgreSQL (5432) or Redis (6379): every
+Nothing here touches the machine's shared PostgreSQL (5432), Redis (6379) or RabbitMQ
+(5672; only its epmd, 4369, which every node on the machine registers with): every
 server listens on 127.0.0.1 on a port of its own, in a temp folder of its own, so two
 pytest-xdist workers can run these tests side by side.
 
 Registered as a plugin by tests/conftest.py (`pytest_plugins = ["tests.realparts"]`):
 
-    fixtures  redis_server, postgres_server, services, real_project
-    helpers   free_port, RedisServer, PostgresServer, ServiceProcess, start_worker,
+    fixtures  redis_server, rabbit_server, broker_server, postgres_server, services,
+              real_project
+    helpers   free_port, RedisServer, RabbitServer, PostgresServer, ServiceProcess, start_worker,
               start_beat, start_web, web_argv, project_env, run_manage, send_task, group_pids, pid_alive
 
 Cleanup happens three ways: the fixtures stop and delete what they started (also when
@@ -438,6 +440,223 @@ class RedisServer:
             remove_tree(self.dir)
 
     def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+# --- RabbitMQ --------------------------------------------------------------------------
+
+
+def rabbitmq_server_script() -> str | None:
+    """RabbitMQ's own start script (runs as the calling user; /usr/sbin/rabbitmq-server
+    is a wrapper that switches to the rabbitmq user and its shared node)."""
+    if os.environ.get("REALPARTS_RABBITMQ_SERVER"):
+        return os.environ["REALPARTS_RABBITMQ_SERVER"]
+    script = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+    if script.exists():
+        return str(script)
+    return shutil.which("rabbitmq-server")
+
+
+# RabbitMQ's AMQP 0-9-1 protocol header; a broker that is up answers with a method frame
+# (Connection.Start, frame type 1).
+_AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+class RabbitServer:
+    """A RabbitMQ node of our own on 127.0.0.1:port, in a temp folder: its own node name,
+    Mnesia folder, Erlang cookie (HOME) and distribution port; it registers with the
+    machine's epmd (4369, started on demand) like any node. Guest may connect from
+    anywhere it listens (127.0.0.1 only).
+
+    `stop()` and `start()` keep the port and the Mnesia folder: durable queues and
+    persistent messages (Celery's defaults) survive a restart; `kill()` is SIGKILL to
+    the node. A first start takes ~5 s on a busy 2-core machine, a restart ~4 s."""
+
+    def __init__(self, *, port: int | None = None, config: Iterable[str] = (), start=True):
+        script = rabbitmq_server_script()
+        if not script:
+            raise FileNotFoundError("rabbitmq-server is not installed")
+        self.script = script
+        self.host = HOST
+        self._fixed_port = port is not None
+        self.port = port or free_port()
+        self.dist_port = free_port()
+        self.config = list(config)
+        self.dir = owned_tempdir("rabbit")
+        self.nodename = f"realparts{os.getpid()}x{self.port}@localhost"
+        self.log_path = self.dir / "rabbitmq.log"
+        self.proc: subprocess.Popen | None = None
+        self._ever_started = False
+        (self.dir / "enabled_plugins").write_text("[].\n")
+        cookie = self.dir / ".erlang.cookie"
+        cookie.write_text(uuid.uuid4().hex.upper())
+        os.chmod(cookie, 0o400)
+        if start:
+            self.start()
+
+    def __repr__(self) -> str:
+        return f"<RabbitServer {self.url} {'up' if self.is_running() else 'down'}>"
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}//"
+
+    def _write_config(self) -> None:
+        lines = [
+            f"listeners.tcp.default = {self.host}:{self.port}",
+            "loopback_users = none",
+            "log.console = true",
+            "log.console.level = warning",
+            "log.file = false",
+            *self.config,
+        ]
+        (self.dir / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RABBITMQ_")}
+        env.update(
+            HOME=str(self.dir),  # the Erlang cookie
+            RABBITMQ_NODENAME=self.nodename,
+            RABBITMQ_NODE_IP_ADDRESS=self.host,
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
+            RABBITMQ_LOG_BASE=str(self.dir / "log"),
+            RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.dir / "advanced.config"),
+            RABBITMQ_CONF_ENV_FILE=str(self.dir / "rabbitmq-env.conf"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
+            RABBITMQ_PLUGINS_EXPAND_DIR=str(self.dir / "plugins-expand"),
+            RABBITMQ_PID_FILE=str(self.dir / "rabbitmq.pid"),
+            RABBITMQ_FEATURE_FLAGS_FILE=str(self.dir / "feature_flags"),
+        )
+        return env
+
+    def start(self, timeout: float = 60) -> RabbitServer:
+        if self.is_running():
+            return self
+        for attempt in range(5):
+            self._write_config()
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.script],
+                    env=self._env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            _LIVE.add(self)
+            _record_leader(self.dir, self.proc.pid)
+            try:
+                wait_until(
+                    lambda: self.ping() or self.proc.poll() is not None,
+                    timeout,
+                    f"rabbitmq-server on port {self.port}",
+                    0.2,
+                )
+            except TimeoutError:
+                self.kill()
+                raise RuntimeError(f"rabbitmq did not answer:\n{_tail(self.log_path)}") from None
+            if self.proc.poll() is None:
+                self._ever_started = True
+                return self
+            self.proc.wait()
+            _LIVE.discard(self)
+            if self._fixed_port or self._ever_started or attempt == 4:
+                raise RuntimeError(f"rabbitmq-server exited:\n{_tail(self.log_path)}")
+            self.port, self.dist_port = free_port(), free_port()  # taken meanwhile
+        raise AssertionError("unreachable")
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ping(self, timeout: float = 1) -> bool:
+        """True if the broker answers an AMQP 0-9-1 handshake (raw socket)."""
+        try:
+            with socket.create_connection((self.host, self.port), timeout=timeout) as s:
+                s.sendall(_AMQP_HEADER)
+                return s.recv(1) == b"\x01"
+        except OSError:
+            return False
+
+    def connection(self, **kwargs):
+        """A kombu connection (short timeouts) to this broker."""
+        from kombu import Connection
+
+        kwargs.setdefault("connect_timeout", 2)
+        return Connection(self.url, **kwargs)
+
+    def queue_depth(self, name: str = "celery") -> int:
+        """Ready messages in queue `name` (0 if it does not exist)."""
+        with self.connection() as conn:
+            try:
+                return conn.default_channel.queue_declare(name, passive=True).message_count
+            except Exception as error:  # 404 NOT_FOUND: no such queue
+                if getattr(error, "code", None) == 404:
+                    return 0
+                raise
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM to the start script: RabbitMQ stops cleanly (closing its connections);
+        SIGKILL after `timeout`."""
+        if self.proc is None:
+            return
+        tree = _descendants(self.proc.pid)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill_tree(tree)
+        _LIVE.discard(self)
+
+    def _kill_tree(self, tree: list[int]) -> None:
+        # The Erlang VM's helpers (erl_child_setup, inet_gethost) run in sessions of
+        # their own: kill the whole tree, not only the group.
+        if self.proc is None:
+            return
+        tree = [*tree, *_descendants(self.proc.pid)]
+        _kill_group(self.proc.pid)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        wait_until(lambda: not any(pid_alive(p) for p in tree), 10, "rabbitmq to die")
+
+    def kill(self) -> None:
+        """SIGKILL to the node: it vanishes mid-conversation (durable data stays)."""
+        if self.proc is None:
+            return
+        self._kill_tree(_descendants(self.proc.pid))
+        _LIVE.discard(self)
+
+    _emergency_kill = kill
+
+    def cleanup(self) -> None:
+        """Stop the node (kill it if it will not stop) and delete its folder."""
+        try:
+            try:
+                self.stop(timeout=15)
+            except Exception:
+                self.kill()
+        finally:
+            remove_tree(self.dir)
+
+    def __enter__(self) -> RabbitServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -1028,6 +1247,34 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def rabbit_server() -> Iterator[RabbitServer]:
+    """A running throwaway RabbitMQ node; stopped and deleted after the test."""
+    if not rabbitmq_server_script():
+        pytest.skip("rabbitmq-server is not installed (needed to start a throwaway RabbitMQ)")
+    server = RabbitServer()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+BROKERS = ("redis", "rabbitmq")
+
+
+@pytest.fixture
+def broker_server(request) -> RedisServer | RabbitServer:
+    """The Celery broker a test runs on: the `redis_server` fixture, unless the test
+    parametrizes it indirectly, e.g.
+    `@pytest.mark.parametrize("broker_server", BROKERS, indirect=True)`."""
+    kind = getattr(request, "param", "redis")
+    if kind == "redis":
+        return request.getfixturevalue("redis_server")
+    if kind == "rabbitmq":
+        return request.getfixturevalue("rabbit_server")
+    raise ValueError(f"unknown broker {kind!r}; one of {BROKERS}")
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""The service on throwaway servers (PostgreSQL, Redis) with gunicorn, Celery worker
-and beat processes: used by the end-to-end tests and the jobs benchmark."""
+"""The service on throwaway servers (PostgreSQL, Redis; RabbitMQ as the broker if
+asked) with gunicorn, Celery worker and beat processes: used by the end-to-end tests
+and the jobs benchmark."""
 
 from __future__ import annotations
 
@@ -58,13 +59,18 @@ class Stack:
         resend_after: float = 2.0,
         web_workers: int = 1,
         credits: str = "100",
+        broker=None,
     ):
+        # The broker is Redis unless another (a RabbitServer) is given; the cache (rate
+        # limits, shared caches) stays on Redis either way, as in production.
         self.pg, self.redis = pg, redis
+        self.broker = broker or redis
         db = f"jobs_{free_port()}"
         pg.create_database(db)
         self.env = project_env(
             pg.url(db),
-            redis.url,
+            self.broker.url,
+            CACHE_URL=redis.url,
             SIM_TIME_SCALE=scale,
             JOB_RESEND_AFTER_SECONDS=resend_after,
             JOB_SWEEP_SECONDS=1,

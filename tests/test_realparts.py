@@ -9,6 +9,7 @@ import redis
 
 from tests.realparts import (
     PostgresServer,
+    RabbitServer,
     RedisServer,
     free_port,
     pid_alive,
@@ -20,7 +21,7 @@ from tests.realparts import (
 
 pytestmark = pytest.mark.realparts
 
-SHARED_PORTS = {5432, 6379}
+SHARED_PORTS = {5432, 6379, 5672}
 
 
 def test_free_port_is_bindable_and_not_a_shared_server():
@@ -53,6 +54,34 @@ def test_redis_stops_and_comes_back_on_the_same_port(redis_server: RedisServer):
     redis_server.start()
     assert client.ping() is True
     client.close()
+
+
+def test_rabbitmq_restarts_on_its_port_keeping_durable_messages(rabbit_server: RabbitServer):
+    from kombu import Exchange, Queue
+
+    rabbit = rabbit_server
+    assert rabbit.port not in SHARED_PORTS
+    assert rabbit.url == f"amqp://guest:guest@127.0.0.1:{rabbit.port}//"
+    queue = Queue("q", Exchange("q", type="direct"), routing_key="q", durable=True)
+    with rabbit.connection() as conn:
+        conn.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key="q",
+                                declare=[queue], delivery_mode=2, serializer="json")  # fmt: skip
+    assert rabbit.queue_depth("q") == 1
+
+    rabbit.stop()  # a clean stop
+    assert not rabbit.is_running() and not rabbit.ping()
+    rabbit.start()
+    assert rabbit.queue_depth("q") == 1  # durable queue, persistent message
+
+    rabbit.kill()  # SIGKILL: the node and its Erlang helpers are gone
+    assert not rabbit.ping()
+    rabbit.start()
+    with rabbit.connection() as conn:
+        message = conn.SimpleQueue(queue).get(timeout=5)
+        assert message.payload == {"n": 1}
+        message.ack()
+    assert rabbit.queue_depth("q") == 0
+    assert rabbit.queue_depth("no-such-queue") == 0
 
 
 def test_postgres_cluster_restarts_and_keeps_its_data(postgres_server: PostgresServer):

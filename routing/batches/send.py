@@ -5,6 +5,8 @@ later."""
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from routing.core.dispatch import send_now
 
 
@@ -13,6 +15,9 @@ def send_validate(batch_id) -> None:
 
 
 def send_advance(batch_id, delay: float = 0.0) -> None:
+    # No broker holds a countdown message for hours (deploy/settings.py): a far next
+    # link is a nearer look, which schedules the next one.
+    delay = min(delay, settings.BROKER_MAX_COUNTDOWN_SECONDS)
     send_now("routing.advance_batch", str(batch_id), countdown=delay, retry=True)
 
 

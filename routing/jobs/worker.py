@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,8 +32,15 @@ FINISH_TASK = "routing.finish_job"
 
 
 def send_finish(job_id, at: dt.datetime) -> None:
-    """Finish the job at `at` (wall); a lost message is the sweeper's to finish."""
-    dispatch.send_now(FINISH_TASK, str(job_id), countdown=(at - timezone.now()).total_seconds())
+    """Finish the job at `at` (wall); a lost message is the sweeper's to finish.
+
+    A finish further away than BROKER_MAX_COUNTDOWN_SECONDS is sent as a check-in that
+    far ahead, which sends itself again (job_finish_when_due): a worker holds a
+    countdown message unacked, and a broker tolerates that only so long (RabbitMQ's
+    consumer_timeout closes the channel, Redis redelivers after its visibility timeout)."""
+    delay = (at - timezone.now()).total_seconds()
+    delay = min(delay, settings.BROKER_MAX_COUNTDOWN_SECONDS)
+    dispatch.send_now(FINISH_TASK, str(job_id), countdown=delay)
 
 
 def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, float]]:

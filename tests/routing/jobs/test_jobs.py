@@ -5,6 +5,7 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from catalog.models import HardwarePool
 from routing import quota
@@ -269,3 +270,28 @@ def test_admin_lists_jobs_and_cancels_them(admin_client, api, account):
     )
     assert Job.objects.get(pk=job_id).status == "cancelled"
     assert account.packages.get().reserved == 0
+
+
+def test_no_countdown_is_longer_than_a_broker_holds_a_message(monkeypatch, settings):
+    """A broker holds an unacked countdown message only so long (RabbitMQ's
+    consumer_timeout closes the channel, Redis redelivers after its visibility
+    timeout): a finish hours away is sent at most BROKER_MAX_COUNTDOWN_SECONDS ahead;
+    job_finish_when_due sends it again from there."""
+    from routing.batches import send as batch_send
+    from routing.core import dispatch
+
+    settings.BROKER_MAX_COUNTDOWN_SECONDS = 600
+    sent = []
+
+    def record(name, *args, countdown=0.0, retry=None):
+        sent.append((name, args, countdown))
+
+    monkeypatch.setattr(dispatch, "send_now", record)
+    monkeypatch.setattr(batch_send, "send_now", record)
+    now = timezone.now()
+    jobs_worker.send_finish(7, now + dt.timedelta(hours=5))
+    jobs_worker.send_finish(8, now + dt.timedelta(seconds=30))
+    batch_send.send_advance(9, 3 * 3600.0)  # a batch's next link, hours away
+    assert sent[0][:2] == ("routing.finish_job", ("7",)) and sent[0][2] == 600
+    assert sent[1][:2] == ("routing.finish_job", ("8",)) and 25 < sent[1][2] <= 30
+    assert sent[2] == ("routing.advance_batch", ("9",), 600)

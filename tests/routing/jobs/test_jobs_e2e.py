@@ -12,9 +12,13 @@ import time
 
 import pytest
 
+from tests.realparts import BROKERS
 from tests.stack import SMALL
 
 pytestmark = pytest.mark.realparts
+
+# The failure tests run on both real brokers: Redis and RabbitMQ (a throwaway node each).
+on_each_broker = pytest.mark.parametrize("broker_server", BROKERS, indirect=True)
 
 
 def test_a_job_goes_queued_running_succeeded_with_a_real_worker(stack):
@@ -36,6 +40,7 @@ def test_a_job_goes_queued_running_succeeded_with_a_real_worker(stack):
     assert stack.ledger()["ok"]
 
 
+@on_each_broker
 def test_a_worker_killed_mid_job_loses_nothing_and_charges_once(stack):
     worker = stack.start_worker()
     ids = [stack.submit()["id"] for _ in range(12)]
@@ -57,18 +62,19 @@ def test_a_worker_killed_mid_job_loses_nothing_and_charges_once(stack):
     assert stack.spent() == pytest.approx(costs)
 
 
+@on_each_broker
 def test_jobs_accepted_while_the_broker_is_down_complete_once_it_returns(stack):
     stack.start_worker()
     stack.start_beat()
     before = stack.submit()["id"]
-    stack.redis.stop()
+    stack.broker.stop()
     during = []
     for _ in range(4):
         t0 = time.monotonic()
         during.append(stack.submit()["id"])  # accepted: the row is the truth
         assert time.monotonic() - t0 < 10
     time.sleep(2)
-    stack.redis.start()
+    stack.broker.start()
     stack.wait_status([before, *during], timeout=120)
     report = stack.ledger()
     assert report["ok"], report
