@@ -43,7 +43,9 @@ def test_a_job_goes_queued_running_succeeded_with_a_real_worker(stack):
 @on_each_broker
 def test_a_worker_killed_mid_job_loses_nothing_and_charges_once(stack):
     worker = stack.start_worker()
-    ids = [stack.submit()["id"] for _ in range(12)]
+    # Long enough (~8,000 output tokens: several real seconds at the stack's time scale)
+    # that a loaded machine still sees them running before they end.
+    ids = [stack.submit(output_tokens=8000)["id"] for _ in range(12)]
     # Kill the worker while jobs are running (their finish is scheduled in it).
     deadline = time.monotonic() + 30
     while "running" not in {stack.job(j)["status"] for j in ids}:
