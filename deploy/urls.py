@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from deploy.problems import handler404 as handler404_view
+from deploy.problemtypes import problem_index_view, problem_type_view
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
@@ -16,6 +17,9 @@ urlpatterns = [
     # Unknown API paths answer problem+json even with DEBUG on (no HTML error page), for
     # every method: the API is not cookie-authenticated, so no CSRF page either.
     re_path(r"^api/", csrf_exempt(handler404_view)),
+    # What each problem `type` URI means (HTML, or JSON on Accept: application/json).
+    re_path(r"^problems/?$", problem_index_view, name="problem-index"),
+    path("problems/<str:slug>", problem_type_view, name="problem-type"),
     # The OpenAI-compatible surface (the SDK's conventional base URL is http://host/v1).
     path("v1/", include("routing.compat.urls")),
 ]

@@ -142,8 +142,11 @@ def leave_one_out_table(checks: Mapping[str, Sequence[Any]]) -> str:
     )
 
 
-def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write a PNG of tokens/s and task time by tier and model.
+def plot_tiers(
+    path: str | Path, rows: Sequence[Mapping[str, Any]], *, title: str | None = None
+) -> Path:
+    """Write a PNG of tokens/s and task time by tier and model; `title` (e.g. the task
+    simulated) heads the chart.
 
     ``rows`` are mappings with ``model``, ``tier``, ``tokens_per_second`` and
     ``total_seconds`` (e.g. ``Prediction.to_dict()`` results). Uses the Agg backend.
@@ -163,8 +166,9 @@ def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     labels = [f"{r['model']} / {r['tier']}" for r in rows]
     colours = [tier_colours.get(r["tier"], "#555555") for r in rows]
     ys = list(range(len(rows)))[::-1]  # first row on top
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.32 * len(rows)), sharey=True)
-    for ax, key, title, fmt in (
+    height = 1.2 + 0.32 * len(rows) + (0.4 if title else 0.0)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
+    for ax, key, heading, fmt in (
         (ax1, "tokens_per_second", "Decode speed per stream (tokens/s, log scale)", "{:,.0f}"),
         (ax2, "total_seconds", "Task time (s)", "{:,.1f}"),
     ):
@@ -172,13 +176,15 @@ def plot_tiers(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
         ax.barh(ys, values, color=colours)
         for y, v in zip(ys, values, strict=True):
             ax.text(v, y, " " + fmt.format(v), va="center", fontsize=7)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(heading, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.margins(x=0.15)
     ax1.set_xscale("log")
     ax1.set_yticks(ys, labels, fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for t, c in tier_colours.items()]
     fig.legend(handles, list(tier_colours), loc="lower center", ncol=4, fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -68,7 +68,8 @@ def children_of(pid: int) -> list[tuple[int, list[bytes]]]:
 class QuickStart:
     """`make run` on a temp VAR_DIR: see the module docstring."""
 
-    def __init__(self, var_dir: str | Path, **extra_env):
+    def __init__(self, var_dir: str | Path, *, root: str | Path = ROOT, **extra_env):
+        self.root = Path(root)  # the checkout run.sh runs from (a fresh copy in a test)
         self.var_dir = Path(var_dir)
         self.env = quickstart_env(self.var_dir, **extra_env)
         self.base = f"http://127.0.0.1:{self.env['PORT']}"
@@ -78,7 +79,7 @@ class QuickStart:
         self.key: str | None = None
 
     def manage(self, *args: str, timeout: float = 120) -> str:
-        return run_manage(self.env, *args, timeout=timeout)
+        return run_manage(self.env, *args, timeout=timeout, cwd=self.root)
 
     def setup(self) -> str:
         """What `make run` does before run.sh; returns demo_setup's output (self.key is
@@ -98,7 +99,7 @@ class QuickStart:
         with self.run_log.open("ab") as console:
             self.proc = subprocess.Popen(
                 ["bash", "deploy/run.sh"],
-                cwd=ROOT,
+                cwd=self.root,
                 env=self.env,
                 stdout=console,
                 stderr=subprocess.STDOUT,

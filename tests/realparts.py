@@ -969,12 +969,14 @@ class ManageError(RuntimeError):
         self.stdout, self.stderr = stdout, stderr
 
 
-def run_manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    """`python manage.py ARGS` in the repo root with `env`; its stdout, or ManageError
-    (carrying stderr) if it fails."""
+def run_manage(
+    env: dict[str, str], *args: str, timeout: float = 120, cwd: Path | None = None
+) -> str:
+    """`python manage.py ARGS` in the repo root (or `cwd`) with `env`; its stdout, or
+    ManageError (carrying stderr) if it fails."""
     out = subprocess.run(
         [sys.executable, "manage.py", *args],
-        cwd=ROOT,
+        cwd=cwd or ROOT,
         env=env,
         capture_output=True,
         text=True,

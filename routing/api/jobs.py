@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
-from deploy.query import query_value
+from deploy.query import invalid_parameter, query_value
 from routing.api.base import (
     ClientAPIView,
     NewestFirstPagination,
@@ -120,13 +120,47 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
         return self.get_paginated_response([job_json(j) for j in page])
 
 
+OUTPUT_CHOICES = ("excerpt", "full")
+
+
 class JobDetailView(ClientAPIView):
     """A job: status, predicted vs simulated timings, tokens, cost, and (when done) the
-    synthetic output, marked as simulated."""
+    synthetic output, marked as simulated: an excerpt of its first words by default,
+    the whole text with `?output=full`."""
 
-    @extend_schema(responses={200: JobSerializer, 404: OpenApiResponse(description="Unknown job")})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "output",
+                str,
+                enum=list(OUTPUT_CHOICES),
+                default="excerpt",
+                description="How much of a finished job's simulated output to return: "
+                "`excerpt` (its first 200 words; `output.truncated` says whether there "
+                "is more) or `full` (the whole text: one word per output token, about "
+                "5 bytes each).",
+            )
+        ],
+        responses={
+            200: JobSerializer,
+            400: OpenApiResponse(description="Unknown `output` value (problem+json)"),
+            404: OpenApiResponse(description="Unknown job"),
+        },
+    )
     def get(self, request, job_id):
-        return Response(job_json(own_job(self.account, job_id), detail=True))
+        wanted = query_value(request, "output")
+        wanted = "excerpt" if wanted is None else wanted
+        if wanted not in OUTPUT_CHOICES:
+            raise invalid_parameter(
+                "output", f"Unknown output {wanted!r}; one of {', '.join(OUTPUT_CHOICES)}."
+            )
+        job = own_job(self.account, job_id)
+        body = job_json(job, detail=True, full_output=wanted == "full")
+        output = body.get("output")
+        if output and output["truncated"]:
+            url = reverse("job-detail", args=[job.pk], request=request)
+            output["full_url"] = f"{url}?output=full"
+        return Response(body)
 
 
 class JobCancelView(ClientAPIView):

@@ -252,8 +252,19 @@ class JobPredictedSerializer(TimingsSerializer):
 
 class JobOutputSerializer(serializers.Serializer):
     simulated = serializers.BooleanField()
-    tokens = serializers.IntegerField()
-    text = serializers.CharField()
+    tokens = serializers.IntegerField(help_text="Words of the whole answer (one per token).")
+    truncated = serializers.BooleanField(
+        help_text="True when `text` is an excerpt (its first words); `?output=full` "
+        "returns the whole text."
+    )
+    text = serializers.CharField(
+        allow_blank=True,
+        help_text="The simulated answer: its first 200 words by default, all of it with "
+        "`?output=full`.",
+    )
+    full_url = serializers.URLField(
+        required=False, help_text="Where the whole text is (present when `truncated`)."
+    )
 
 
 class JobSerializer(serializers.Serializer):

@@ -12,7 +12,7 @@ from catalog import lifecycle
 from routing.api.serializers import TimingsSerializer
 from routing.core.clock import sim_scale
 from routing.core.formats import iso
-from routing.jobs.output import synthetic_output
+from routing.jobs.output import output_excerpt, synthetic_output
 from routing.models import Batch, Job
 from routing.router.quotes import Quote
 from routing.router.route import Candidate
@@ -89,9 +89,10 @@ def quote_json(quote: Quote) -> dict:
     }
 
 
-def job_json(job: Job, *, detail: bool = False) -> dict:
+def job_json(job: Job, *, detail: bool = False, full_output: bool = False) -> dict:
     """The job as the API shows it (documented by JobSerializer); `detail` adds the
-    synthetic output of a finished job."""
+    synthetic output of a finished job: an excerpt of its first words, or the whole
+    text with `full_output`."""
     p = job.predicted or {}
     sim = job.simulated
     done = job.status == Job.Status.SUCCEEDED
@@ -136,10 +137,15 @@ def job_json(job: Job, *, detail: bool = False) -> dict:
         "error": job.error,
     }
     if detail and done:
+        if full_output:
+            text, truncated = synthetic_output(job), False
+        else:
+            text, truncated = output_excerpt(job)
         body["output"] = {
             "simulated": True,
             "tokens": job.output_tokens,
-            "text": synthetic_output(job),
+            "truncated": truncated,
+            "text": text,
         }
     return body
 

@@ -1,4 +1,5 @@
-"""A job's simulated output text (deterministic filler, as many words as tokens).
+"""A job's simulated output text (deterministic filler, as many words as tokens), whole
+or as an excerpt of its first words.
 
 Generating it costs about 0.3 s of CPU per million words, and a finished job's text
 never changes: it is generated once per process and kept in a small LRU cache bounded
@@ -55,7 +56,24 @@ def clear_cache() -> None:
         _cache_chars = 0
 
 
+def _seed(job: Job):
+    return job.pk.int if hasattr(job.pk, "int") else str(job.pk)
+
+
 def synthetic_output(job: Job) -> str:
     """A job's simulated answer: `output_tokens` words, seeded by the job id."""
-    seed = job.pk.int if hasattr(job.pk, "int") else str(job.pk)
-    return cached_text(seed, job.output_tokens)
+    return cached_text(_seed(job), job.output_tokens)
+
+
+# What GET /api/v1/jobs/{id} shows by default: the first words of the answer (a
+# GDP-Val-sized job is 22,000 words, ~110 KB); `?output=full` gives the whole text.
+EXCERPT_WORDS = 200
+
+
+def output_excerpt(job: Job, words: int = EXCERPT_WORDS) -> tuple[str, bool]:
+    """The first `words` words of the job's answer and whether that is less than all of
+    it. The words are the answer's own first words (the generator is a seeded stream),
+    so the full text is never generated for an excerpt."""
+    if job.output_tokens <= words:
+        return synthetic_output(job), False
+    return cached_text(_seed(job), words), True

@@ -112,6 +112,41 @@ def test_simulate_writes_a_tier_chart(builtin_catalog, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_simulate_plot_shows_the_chosen_model_and_states_the_task(
+    builtin_catalog, tmp_path, monkeypatch
+):
+    from catalog.management.commands import simulate as simulate_command
+
+    seen = {}
+
+    def fake_plot(path, rows, *, title=None):
+        seen.update(rows=rows, title=title)
+        return path
+
+    monkeypatch.setattr(simulate_command, "plot_tiers", fake_plot)
+    err = StringIO()
+    args = ["--model", "sol", "--turns", "30", "--output-tokens", "22000", "--tool-seconds", "15"]
+    call_command("simulate", *args, "--plot", "x.png", stdout=StringIO(), stderr=err)
+    assert {r["model"] for r in seen["rows"]} == {"gpt-5.6-sol"}
+    assert len(seen["rows"]) >= 2  # every tier of the model
+    task = "2,000 input / 22,000 output tokens, 30 turns, 15 s of tools"
+    assert seen["title"].startswith("gpt-5.6-sol: " + task)
+    assert task in err.getvalue() and "x.png" in err.getvalue()
+    call_command(
+        "simulate",
+        *args,
+        "--plot",
+        "x.png",
+        "--plot-all-models",
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
+    assert len({r["model"] for r in seen["rows"]}) > 1
+    assert seen["title"].startswith("Serving models: ")
+    with pytest.raises(CommandError, match="needs --plot"):
+        call_command("simulate", "--model", "sol", "--plot-all-models", stdout=StringIO())
+
+
 def test_calibrate_prints_every_target_within_tolerance(builtin_catalog):
     out = StringIO()
     call_command("calibrate", stdout=out)

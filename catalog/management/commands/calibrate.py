@@ -22,7 +22,9 @@ class Command(BaseCommand):
             action="store_true",
             help="Evaluate the stored parameters (simengine/data/params.json) without fitting.",
         )
-        parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--json", action="store_true", help="Print the fit and the hold-out as JSON."
+        )
 
     def handle(self, *args, **o):
         try:

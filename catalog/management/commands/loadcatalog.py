@@ -7,7 +7,9 @@ class Command(BaseCommand):
     help = "Load the built-in model catalog (idempotent: a second run changes nothing)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--file", default=str(DEFAULT_CATALOG), help="Catalog TOML file.")
+        parser.add_argument(
+            "--file", default=str(DEFAULT_CATALOG), help="Catalog TOML file (default: %(default)s)."
+        )
         parser.add_argument(
             "--reset-lifecycle",
             action="store_true",

@@ -33,6 +33,18 @@ def seconds(value: str) -> float:
 seconds.__name__ = "seconds"
 
 
+def task_text(task, transport: str) -> str:
+    """The task a chart shows, in words."""
+    turns = f"{task.turns:,} turn" + ("s" if task.turns != 1 else "")
+    text = (
+        f"{task.input_tokens:,} input / {task.output_tokens:,} output tokens, {turns}, "
+        f"{task.tool_seconds:g} s of tools"
+    )
+    if task.tool_result_tokens:
+        text += f", {task.tool_result_tokens:,} tool-result tokens"
+    return text + f" ({transport} transport)"
+
+
 class Command(BaseCommand):
     help = (
         "Predict a task's timing for a model on a tier with the simulation engine "
@@ -40,28 +52,64 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--model", required=True, help="Model slug or family alias (sol).")
         parser.add_argument(
-            "--tier", default="standard", help="flex, standard, priority, ultrafast"
+            "--model", required=True, help="Model slug or family alias, e.g. sol (required)."
         )
-        parser.add_argument("--input-tokens", type=count, default=2000)
-        parser.add_argument("--output-tokens", type=count, default=1000)
-        parser.add_argument("--turns", type=count, default=1)
-        parser.add_argument("--tool-seconds", type=seconds, default=0.0)
-        parser.add_argument("--tool-result-tokens", type=count, default=0)
+        parser.add_argument(
+            "--tier",
+            default="standard",
+            help="flex, standard, priority or ultrafast (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--input-tokens",
+            type=count,
+            default=2000,
+            help="Tokens of the first prompt (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--output-tokens",
+            type=count,
+            default=1000,
+            help="Output tokens over the whole task (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--turns", type=count, default=1, help="Agent turns (default: %(default)s)."
+        )
+        parser.add_argument(
+            "--tool-seconds",
+            type=seconds,
+            default=0.0,
+            help="Seconds spent in tools over the task (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--tool-result-tokens",
+            type=count,
+            default=0,
+            help="Tokens of tool results fed back over the task (default: %(default)s).",
+        )
         parser.add_argument(
             "--load",
             type=float,
             default=None,
-            help="Pool utilisation rho in [0, 1) for the P90 wait.",
+            help="Pool utilisation rho in [0, 1) for the P90 wait (default: no queue).",
         )
-        parser.add_argument("--transport", choices=["reworked", "legacy"], default="reworked")
+        parser.add_argument(
+            "--transport",
+            choices=["reworked", "legacy"],
+            default="reworked",
+            help="Transport profile (default: %(default)s).",
+        )
         parser.add_argument("--json", action="store_true", help="Print JSON.")
         parser.add_argument(
             "--plot",
             metavar="PNG",
-            help="Also write a chart of tokens/s and task time for every tier of every "
-            "serving model (and this one) for the same task.",
+            help="Also write a chart of tokens/s and task time on every tier of --model for "
+            "the same task (default: no chart).",
+        )
+        parser.add_argument(
+            "--plot-all-models",
+            action="store_true",
+            help="With --plot: chart every serving model's tiers, not only --model's.",
         )
 
     def handle(self, *args, **o):
@@ -109,14 +157,22 @@ class Command(BaseCommand):
         else:
             self.stdout.write(prediction_table(pred))
         if o["plot"]:
-            path = plot_tiers(o["plot"], self._plot_rows(model, task, o["transport"]))
-            self.stderr.write(f"Chart written to {path}")
+            every = o["plot_all_models"]
+            described = task_text(task, o["transport"])
+            title = f"{'Serving models' if every else model.slug}: {described}"
+            rows = self._plot_rows(model, task, o["transport"], every=every)
+            path = plot_tiers(o["plot"], rows, title=title)
+            self.stderr.write(f"Chart of {title} written to {path}")
+        elif o["plot_all_models"]:
+            raise CommandError("--plot-all-models needs --plot PNG.")
 
-    def _plot_rows(self, chosen, task, transport):
+    def _plot_rows(self, chosen, task, transport, *, every: bool):
         rows = []
         deployments = Deployment.objects.select_related("model", "tier", "pool").order_by(
             "model__slug", "tier__rank"
         )
+        if not every:
+            deployments = deployments.filter(model=chosen)
         for d in deployments:
             if d.model_id != chosen.pk and not is_serving(d.model):
                 continue

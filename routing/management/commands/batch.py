@@ -7,6 +7,10 @@ watch a batch's progress, list and cancel batches.
     manage.py batch list [--account NAME] [--status S] [--limit 20]
     manage.py batch cancel ID
 
+Without --account, `submit` uses the only account there is, or the quick start's demo
+account (`demo_setup`) when there are several (e.g. after `demo_traffic`). `cancel` of a
+batch that is already cancelled (or cancelling) changes nothing, says so and exits 1.
+
 Thin: the rules are in routing/batches/ (files, create, validation, cancel, progress).
 `watch` only observes; the batch is advanced by the Celery workers. An ID may be a
 batch's full id or a unique prefix of it (at least 8 characters). Durations are written
@@ -35,6 +39,7 @@ from routing.batches.progress import batch_progress
 from routing.batches.validation import batch_validate
 from routing.core.clock import sim_scale
 from routing.core.formats import duration_text
+from routing.management.commands.demo_setup import DEMO_ACCOUNT
 from routing.models import Account, Batch, BatchRequest
 
 ENDED_BADLY = (Batch.Status.FAILED, Batch.Status.EXPIRED)
@@ -54,13 +59,25 @@ class Command(BaseCommand):
 
         s = sub.add_parser("submit", help="Upload a JSONL file and create a batch from it.")
         s.add_argument("file", help="JSONL file, one request a line.")
-        s.add_argument("--account", help="Account name (default: the only account).")
-        s.add_argument("--window", default="24h", help="Completion window: 30m, 8h, 24h, 2d.")
-        s.add_argument("--start-at", default="now", help="'now' (default) or an ISO 8601 time.")
+        s.add_argument(
+            "--account",
+            help="Account name (default: the only account, or the demo account "
+            f"{DEMO_ACCOUNT!r} when there are several).",
+        )
+        s.add_argument(
+            "--window",
+            default="24h",
+            help="Completion window from 1m to 7d, e.g. 30m, 8h, 2d (default: %(default)s).",
+        )
+        s.add_argument(
+            "--start-at",
+            default="now",
+            help="'now' or an ISO 8601 time at most 31 days ahead (default: %(default)s).",
+        )
         s.add_argument(
             "--endpoint",
             default="/v1/jobs",
-            help="/v1/jobs, /v1/chat/completions or /v1/responses.",
+            help="/v1/jobs, /v1/chat/completions or /v1/responses (default: %(default)s).",
         )
         s.add_argument(
             "--metadata",
@@ -68,21 +85,40 @@ class Command(BaseCommand):
             action="extend",
             default=[],
             metavar="KEY=VALUE",
-            help="Metadata pairs (repeatable).",
+            help="Metadata pairs, at most 16 (repeatable; default: none).",
         )
         s.add_argument("--json", action="store_true", help="Print the batch as JSON (API shape).")
         s.add_argument("--wait", action="store_true", help="Then watch it until it ends.")
-        s.add_argument("--interval", type=float, default=1.0, help="Seconds between refreshes.")
+        s.add_argument(
+            "--interval",
+            type=float,
+            default=1.0,
+            help="With --wait: seconds between refreshes (default: %(default)s).",
+        )
 
         w = sub.add_parser("watch", help="Show a batch's progress until it ends.")
         w.add_argument("id", help="Batch id (or a unique prefix of it).")
-        w.add_argument("--interval", type=float, default=1.0, help="Seconds between refreshes.")
+        w.add_argument(
+            "--interval",
+            type=float,
+            default=1.0,
+            help="Seconds between refreshes (default: %(default)s).",
+        )
         w.add_argument("--once", action="store_true", help="Print the progress once and stop.")
 
         ls = sub.add_parser("list", help="List batches, newest first.")
-        ls.add_argument("--account", help="Only this account's batches.")
-        ls.add_argument("--status", choices=Batch.Status.values)
-        ls.add_argument("--limit", type=int, default=20)
+        ls.add_argument("--account", help="Only this account's batches (default: every account).")
+        ls.add_argument(
+            "--status",
+            choices=Batch.Status.values,
+            help="Only batches in this status (default: any).",
+        )
+        ls.add_argument(
+            "--limit",
+            type=int,
+            default=20,
+            help="At most this many batches (default: %(default)s).",
+        )
 
         c = sub.add_parser("cancel", help="Cancel a batch (requests in flight finish).")
         c.add_argument("id", help="Batch id (or a unique prefix of it).")
@@ -143,7 +179,7 @@ class Command(BaseCommand):
                 f"Uploaded {path.name} as {f.id} ({f.lines} lines, {f.bytes:,} bytes) "
                 f"for account {account.name}."
             )
-            self.stdout.write(verdict(batch))
+            self.stdout.write(verdict(batch, watching=o["wait"]))
         if batch.status == Batch.Status.FAILED:
             raise CommandError(refusal(batch))
         if o["wait"]:
@@ -216,6 +252,14 @@ class Command(BaseCommand):
 
     def cancel(self, o) -> None:
         batch = find_batch(o["id"])
+        if batch.status in (Batch.Status.CANCELLING, Batch.Status.CANCELLED):
+            # batch_cancel would change nothing: say so, and fail like any refused cancel.
+            when = batch.cancelled_at or batch.cancelling_at
+            raise CommandError(
+                f"Batch {batch.pk} is already {batch.status}"
+                + (f" (since {_utc(when)} UTC)" if when else "")
+                + "; nothing to do."
+            )
         try:
             batch = batch_cancel(batch=batch)
         except BatchError as exc:
@@ -231,7 +275,8 @@ class Command(BaseCommand):
 
 
 def find_account(name: str | None) -> Account:
-    """The named account; without a name, the only account there is."""
+    """The named account; without a name, the only account there is, or the quick
+    start's demo account when there are several."""
     if name:
         account = Account.objects.filter(name=name).first()
         if account is None:
@@ -242,6 +287,9 @@ def find_account(name: str | None) -> Account:
         return accounts[0]
     if not accounts:
         raise CommandError("There is no account yet; create one with `manage.py create_account`.")
+    demo = Account.objects.filter(name=DEMO_ACCOUNT).first()
+    if demo is not None:
+        return demo
     raise CommandError(f"Several accounts: name one with --account.{_accounts_hint()}")
 
 
@@ -376,8 +424,17 @@ def progress_line(batch: Batch, p: dict, now: dt.datetime, width: int = 10_000) 
     return line[:width]
 
 
-def verdict(batch: Batch) -> str:
-    """What validation made of the batch: the plan, or the refusal."""
+def a_or_an(text: str) -> str:
+    """The article for a window as spoken: "an 8h", "an 11h", "a 30m", "a 24h"."""
+    digits = text.split(".")[0]
+    digits = "".join(c for c in digits if c.isdigit())
+    eleven = digits in ("11", "18") or (len(digits) == 5 and digits[:2] in ("11", "18"))
+    return "an" if digits.startswith("8") or eleven else "a"
+
+
+def verdict(batch: Batch, *, watching: bool = False) -> str:
+    """What validation made of the batch: the plan, or the refusal; `watching`: the
+    progress follows, so no hint to watch it."""
     lines = [f"Batch {batch.pk}: {batch.status}"]
     if batch.status == Batch.Status.FAILED:
         return lines[0]
@@ -401,7 +458,7 @@ def verdict(batch: Batch) -> str:
         fastest = plan.get("fastest_makespan_seconds")
         lines.append(
             f"  Predicted makespan {duration(span)} (fastest plan {duration(fastest)}) "
-            f"in a {batch.completion_window} window"
+            f"in {a_or_an(batch.completion_window)} {batch.completion_window} window"
             + (f"; simulated seconds, {scale:g} per wall second" if scale != 1 else "")
             + "."
         )
@@ -424,7 +481,8 @@ def verdict(batch: Batch) -> str:
             lines.append(f"    line {r['line']}: {(r['error'] or {}).get('message', '')}")
         if batch.failed > SHOWN_LINE_ERRORS:
             lines.append(f"    ... and {batch.failed - SHOWN_LINE_ERRORS:,} more.")
-    lines.append(f"  Watch it: manage.py batch watch {batch.pk}")
+    if not watching:
+        lines.append(f"  Watch it: manage.py batch watch {batch.pk}")
     return "\n".join(lines)
 
 

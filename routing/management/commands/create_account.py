@@ -15,16 +15,20 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("name")
+        parser.add_argument("name", help="The account's name (unique).")
         parser.add_argument(
-            "--credits", default="100", help="Monthly credits of the default package (USD)."
+            "--credits",
+            default="100",
+            help="Monthly credits of the default package, 1 credit = 1 USD (default: %(default)s).",
         )
         parser.add_argument(
             "--auto-migrate",
             action="store_true",
             help="Opt in to automatic migration to successors of retired models.",
         )
-        parser.add_argument("--json", action="store_true", help="Print a JSON object.")
+        parser.add_argument(
+            "--json", action="store_true", help="Print a JSON object (account, key, credits)."
+        )
 
     def handle(self, *args, **o):
         try:

@@ -9,14 +9,23 @@ from routing.accounts.accounts import account_create
 from routing.models import Account
 
 DEMO_CREDITS = 1000
+DEMO_ACCOUNT = "demo"  # also `batch submit`'s account when there are several
 
 
 class Command(BaseCommand):
     help = "Create the quick start's demo admin and demo account (once) and print them."
 
     def add_arguments(self, parser):
-        parser.add_argument("--username", default=os.environ.get("DEMO_ADMIN_USER", "admin"))
-        parser.add_argument("--account", default="demo")
+        parser.add_argument(
+            "--username",
+            default=os.environ.get("DEMO_ADMIN_USER", "admin"),
+            help="The demo admin's username (default: $DEMO_ADMIN_USER or %(default)s).",
+        )
+        parser.add_argument(
+            "--account",
+            default=DEMO_ACCOUNT,
+            help="The demo account's name (default: %(default)s).",
+        )
 
     def handle(self, *args, **options):
         creds = settings.VAR_DIR / "demo-credentials.txt"

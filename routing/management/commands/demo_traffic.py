@@ -1,5 +1,7 @@
 """Replay a few weeks of synthetic traffic on a model from several accounts, so the
-retirement impact view and notices have users to show (a demo database)."""
+retirement impact view and notices have users to show (a demo database). Exact and
+idempotent: --jobs N makes exactly N jobs on the model, each keyed by its number, so a
+second run with the same arguments adds nothing (a larger --jobs adds the rest)."""
 
 import datetime as dt
 import random
@@ -32,14 +34,46 @@ PROFILES = [  # (name, share of jobs, typical shape)
 POLICIES = ["migrate", "keep", "expire"]
 
 
+def split_jobs(total: int, shares: list[float]) -> list[int]:
+    """`total` split in proportion to `shares`, summing to exactly `total` (largest
+    remainders get the rest; ties to the earlier share)."""
+    weight = sum(shares)
+    exact = [total * s / weight for s in shares]
+    counts = [int(x) for x in exact]
+    by_remainder = sorted(range(len(shares)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_remainder[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
 class Command(BaseCommand):
     help = __doc__
 
     def add_arguments(self, parser):
-        parser.add_argument("--model", default="gpt-5.3-codex-spark")
-        parser.add_argument("--jobs", type=int, default=400)
-        parser.add_argument("--days", type=int, default=21)
-        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument(
+            "--model",
+            default="gpt-5.3-codex-spark",
+            help="Model slug the traffic ran on (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--jobs",
+            type=int,
+            default=400,
+            help="Jobs in all, shared among the demo accounts, 1..100000 (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--days",
+            type=int,
+            default=21,
+            help="Days of history before the model's retirement (or now), 1..60 "
+            "(default: %(default)s).",
+        )
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=7,
+            help="Random seed for the jobs' shapes and times (default: %(default)s).",
+        )
 
     def handle(self, *args, **o):
         model = ModelVersion.objects.filter(slug=o["model"]).first()
@@ -61,8 +95,11 @@ class Command(BaseCommand):
         option = tier_option(deployment, price)
         spec = model_spec(model)
         ultrafast = Tier.objects.filter(slug="ultrafast").first()
-        made = 0
-        for i, (name, share, (inp, out, turns, tools)) in enumerate(PROFILES):
+        made = existing = 0
+        counts = split_jobs(o["jobs"], [share for _, share, _ in PROFILES])
+        for i, ((name, _share, (inp, out, turns, tools)), count) in enumerate(
+            zip(PROFILES, counts, strict=True)
+        ):
             account = Account.objects.filter(name=name).first()
             if account is None:
                 account, _ = account_create(name=name, default_credits=Decimal("500"))
@@ -80,7 +117,13 @@ class Command(BaseCommand):
                     migrate_tier=ultrafast if POLICIES[i % 3] == "migrate" else None,
                     conversion=Decimal("0.2"),
                 )
-            for _ in range(round(o["jobs"] * share)):
+            done = set(
+                Job.objects.filter(
+                    account=account, idempotency_key__startswith=f"demo:{model.slug}:"
+                ).values_list("idempotency_key", flat=True)
+            )
+            for n in range(count):
+                # Drawn for every job, made or not, so job n is the same on every run.
                 shape = dict(
                     input_tokens=max(100, int(rng.gauss(inp, inp * 0.3))),
                     output_tokens=max(turns, int(rng.gauss(out, out * 0.3))),
@@ -88,24 +131,35 @@ class Command(BaseCommand):
                     tool_seconds=float(tools),
                 )
                 when = start + dt.timedelta(seconds=rng.uniform(0, (end - start).total_seconds()))
-                made += self._replay(account, model, deployment, option, spec, shape, when)
-        self.stdout.write(
-            f"Replayed {made} jobs on {model.slug} from {len(PROFILES)} accounts "
-            f"({start:%Y-%m-%d} to {end:%Y-%m-%d})."
-        )
+                key = f"demo:{model.slug}:{n}"
+                if key in done:
+                    existing += 1
+                    continue
+                made += self._replay(account, model, deployment, option, spec, shape, when, key)
+        span = f"({start:%Y-%m-%d} to {end:%Y-%m-%d})"
+        if made:
+            self.stdout.write(
+                f"Replayed {made} jobs on {model.slug} from {len(PROFILES)} accounts {span}."
+            )
+        if existing:
+            self.stdout.write(
+                f"{existing} of the {o['jobs']} demo jobs on {model.slug} were already "
+                "there; not replayed again."
+            )
         # If its retirement is announced, the demo accounts hear of it like real ones.
         told = notices_announce(model=model)
         if told:
             self.stdout.write(f"Recorded {told} retirement notice(s) for the affected accounts.")
 
     @transaction.atomic
-    def _replay(self, account, model, deployment, option, spec, shape, when) -> int:
+    def _replay(self, account, model, deployment, option, spec, shape, when, key) -> int:
         request = RouteRequest(deadline_seconds=3600, **shape)
         pred = simengine.predict(spec, option.deployment, request.task_profile, breakdown=False)
         cost = task_cost(option, request)
         timings = pred.summary()
         job = Job(
             account=account,
+            idempotency_key=key,
             request_fingerprint=fingerprint(shape),
             requested_model=model.slug,
             model=model,

@@ -14,7 +14,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
 
     def handle(self, *args, **o):
         report = ledger_audit()  # the queries live in routing.quota.audit

@@ -68,6 +68,37 @@ def test_submit_prints_the_plan_and_starts_the_batch(account, tmp_path):
     assert lane["tier"] in text and lane["model"] in text
     assert "streams" in text and "makespan" in text and "Predicted cost" in text
     assert "Predicted finish" in text and f"batch watch {batch.pk}" in text
+    assert "in an 8h window" in text
+
+
+@pytest.mark.parametrize(
+    ("window", "article"),
+    [
+        ("8h", "an"),
+        ("80m", "an"),
+        ("11h", "an"),
+        ("18h", "an"),
+        ("30m", "a"),
+        ("24h", "a"),
+        ("1d", "a"),
+        ("7d", "a"),
+        ("1.5h", "a"),
+        ("8.5h", "an"),
+        ("1m", "a"),
+    ],
+)
+def test_the_window_reads_with_the_right_article(window, article):
+    from routing.management.commands.batch import a_or_an
+
+    assert a_or_an(window) == article
+
+
+def test_submit_wait_does_not_say_watch_it(account, tmp_path, monkeypatch):
+    from routing.management.commands import batch as batch_command
+
+    monkeypatch.setattr(batch_command.Command, "watch", lambda self, *a, **k: None)
+    _, text = submit(tmp_path, 5, SMALL, "--wait")
+    assert "Watch it" not in text and "batch watch" not in text
 
 
 def test_submit_json_is_the_api_shape(account, tmp_path):
@@ -132,6 +163,16 @@ def test_the_account_defaults_to_the_only_one(account, tmp_path):
         run("submit", jsonl_file(tmp_path, 2, body=SMALL), "--account", "nobody")
 
 
+def test_with_several_accounts_the_demo_account_is_the_default(builtin_catalog, tmp_path, settings):
+    # The quick start: demo_setup's account, then demo_traffic's six accounts.
+    settings.VAR_DIR = tmp_path / "var"
+    call_command("demo_setup", stdout=StringIO())
+    call_command("demo_traffic", "--jobs", "12", stdout=StringIO())
+    text = run("submit", jsonl_file(tmp_path, 2, body=SMALL), "--window", "8h")
+    assert Batch.objects.get().account.name == "demo"
+    assert "for account demo." in text
+
+
 def test_watch_once_on_a_finished_batch_shows_100_percent_and_the_files(account, tmp_path):
     bad = json.dumps({"custom_id": "x", "body": {**SMALL, "model": "nope"}})
     run("submit", jsonl_file(tmp_path, 30, body=SMALL, extra=[bad]), "--account", "acme")
@@ -193,3 +234,13 @@ def test_list_and_cancel(account, tmp_path):
     batch.save(update_fields=["status"])
     with pytest.raises(CommandError, match="has already completed"):
         run("cancel", str(batch.pk))
+
+
+def test_cancelling_a_cancelled_batch_says_so_and_fails(account, tmp_path):
+    batch, _ = submit(tmp_path, 10, SMALL)
+    first = run("cancel", str(batch.pk))
+    assert "cancelled" in first and "already" not in first
+    with pytest.raises(CommandError, match=r"is already cancelled \(since .* UTC\); nothing to do"):
+        run("cancel", str(batch.pk))
+    batch.refresh_from_db()
+    assert batch.status == Batch.Status.CANCELLED

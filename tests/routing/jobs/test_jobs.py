@@ -78,10 +78,45 @@ def test_the_finished_job_reads_back_with_timings_usage_and_simulated_output(api
         assert key in body["predicted"] and key in body["simulated"]
     assert body["usage"] == {"input_tokens": 1000, "output_tokens": 300}
     assert body["cost"] == body["predicted"]["cost"]
-    assert body["output"]["simulated"] is True and len(body["output"]["text"].split()) == 300
-    again = api.get(f"/api/v1/jobs/{job_id}").json()
-    assert again["output"]["text"] == body["output"]["text"]  # deterministic
+    output = body["output"]
+    assert output["simulated"] is True and output["tokens"] == 300
+    # An excerpt by default: the first 200 words, saying there is more and where.
+    assert output["truncated"] is True and len(output["text"].split()) == 200
+    assert output["full_url"].endswith(f"/api/v1/jobs/{job_id}?output=full")
+    full = api.get(f"/api/v1/jobs/{job_id}?output=full").json()["output"]
+    assert full["truncated"] is False and "full_url" not in full
+    assert len(full["text"].split()) == 300
+    assert full["text"].startswith(output["text"] + " ")  # the excerpt is the text's start
+    again = api.get(f"/api/v1/jobs/{job_id}?output=full").json()
+    assert again["output"]["text"] == full["text"]  # deterministic
     assert body["meets_deadline"] is True
+
+
+def test_a_short_output_is_whole_by_default(api):
+    job_id = submit(api, output_tokens=50, input_tokens=1000, turns=1, tool_seconds=0).json()["id"]
+    job = jobs_worker.job_run(job_id)
+    jobs_worker.job_finish(job_id, at=later(job))
+    output = api.get(f"/api/v1/jobs/{job_id}").json()["output"]
+    assert output["truncated"] is False and len(output["text"].split()) == 50
+    assert "full_url" not in output
+    assert api.get(f"/api/v1/jobs/{job_id}?output=excerpt").json()["output"] == output
+
+
+def test_a_gdpval_sized_job_reads_back_small_by_default(api):
+    job_id = submit(api, deadline_seconds=3600).json()["id"]
+    job = jobs_worker.job_run(job_id)
+    jobs_worker.job_finish(job_id, at=later(job, seconds=3600))
+    small = api.get(f"/api/v1/jobs/{job_id}")
+    full = api.get(f"/api/v1/jobs/{job_id}?output=full")
+    assert len(small.content) < 5_000 < 100_000 < len(full.content)
+    assert len(full.json()["output"]["text"].split()) == GDPVAL["output_tokens"]
+
+
+@pytest.mark.parametrize("query", ["output=all", "output=", "output=full&output=full"])
+def test_a_bad_output_parameter_is_a_400(api, query):
+    job_id = submit(api).json()["id"]
+    r = api.get(f"/api/v1/jobs/{job_id}?{query}")
+    assert r.status_code == 400 and r.json()["parameter"] == "output"
 
 
 def test_an_idempotency_key_replays_the_same_job(api, account):

@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 
 from catalog.models import HardwarePool, ModelVersion
 from routing import quota
-from routing.models import Job
+from routing.models import Job, QuotaPackage
 from routing.retirement.impact import impact_chart, retirement_impact
 
 pytestmark = pytest.mark.django_db
@@ -84,6 +84,31 @@ def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_cli
         assert marker in html
     page = admin_client.get("/admin/catalog/modelversion/").content.decode()
     assert "/admin/routing/retirementapplication/impact/gpt-5.3-codex-spark/" in page
+
+
+@pytest.mark.parametrize("jobs", [50, 1, 7, 401])
+def test_demo_traffic_makes_exactly_the_jobs_asked_for(builtin_catalog, jobs):
+    out = StringIO()
+    call_command("demo_traffic", "--jobs", str(jobs), stdout=out)
+    assert Job.objects.count() == jobs
+    assert f"Replayed {jobs} jobs" in out.getvalue()
+
+
+def test_demo_traffic_twice_adds_nothing_the_second_time(builtin_catalog):
+    call_command("demo_traffic", "--jobs", "50", stdout=StringIO())
+    first = sorted(Job.objects.values_list("account__name", "input_tokens", "created_at"))
+    spent = {p.pk: p.spent for p in QuotaPackage.objects.all()}
+    out = StringIO()
+    call_command("demo_traffic", "--jobs", "50", stdout=out)
+    assert Job.objects.count() == 50
+    assert sorted(Job.objects.values_list("account__name", "input_tokens", "created_at")) == first
+    assert {p.pk: p.spent for p in QuotaPackage.objects.all()} == spent
+    assert "Replayed" not in out.getvalue()
+    assert "50 of the 50 demo jobs on gpt-5.3-codex-spark were already there" in out.getvalue()
+    # Asking for more adds only the rest.
+    call_command("demo_traffic", "--jobs", "80", stdout=out)
+    assert Job.objects.count() == 80
+    assert quota.ledger_mismatches() == []
 
 
 def test_demo_traffic_refuses_bad_input(builtin_catalog):
