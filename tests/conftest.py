@@ -29,6 +29,7 @@ def no_api_throttling(settings):
     """No test is rate limited by accident: the throttling tests set their own rates
     (tests/routing/api/test_throttling.py)."""
     settings.API_THROTTLE_RATES = dict.fromkeys(settings.API_THROTTLE_RATES)
+    settings.API_TOKENS_PER_MINUTE = None
 
 
 @pytest.fixture(autouse=True)
