@@ -76,6 +76,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Admin login lockout (django-axes): answers the lockout page for a locked login.
     "axes.middleware.AxesMiddleware",
+    # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
+    "deploy.throttling.RateLimitHeadersMiddleware",
 ]
 
 # The web server serves the admin's static files itself: after `collectstatic` in
@@ -233,6 +235,13 @@ API_THROTTLE_RATES = {
     "write": env_rate("API_THROTTLE_WRITE_RATE", half_rate(_API_RATE)),
     "anon": env_rate("API_THROTTLE_ANON_RATE", half_rate(_API_RATE)),
 }
+# Tokens (input + output of accepted jobs and completions) per account and minute,
+# across every replica; an account's or package's own limits are set in the admin.
+# "off" turns the default off (routing.quota.ratelimits).
+_tokens = os.environ.get("API_TOKENS_PER_MINUTE", "2000000").strip().lower()
+if _tokens not in {"", "0", "off", "none"} and not _tokens.isdigit():
+    raise RuntimeError("API_TOKENS_PER_MINUTE must be a whole number of tokens or off")
+API_TOKENS_PER_MINUTE = int(_tokens) if _tokens.isdigit() and int(_tokens) > 0 else None
 # Reverse proxies in front of the service that append the client to X-Forwarded-For;
 # 0: the client is REMOTE_ADDR and X-Forwarded-For is ignored (it could be forged).
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))

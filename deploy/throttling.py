@@ -2,10 +2,13 @@
 stricter rate for writes; the client address behind trusted proxies; the 429 in the
 OpenAPI schema.
 
-Counts are fixed windows in the default cache (one counter per account, scope and
-window, `cache.add` + `cache.incr`: atomic on Redis; on the file cache of the quick start
-two requests at the same instant may count once). A throttle is not quota: credits are
-debited by the ledger, never here. Rates: settings.API_THROTTLE_RATES, read per request.
+Counts are fixed windows in the shared cache (routing.core.ratelimit: one Lua script on
+Redis, atomic across replicas; on the file cache of the quick start two requests at the
+same instant may count once). A refused request is not counted. An account's request
+rate is its own `requests_per_minute` when set (routing.quota.ratelimits), else
+settings.API_THROTTLE_RATES, read per request. A throttle is not quota: credits are
+debited by the ledger, never here. Every /api/v1/ and /v1/ response carries OpenAI's
+x-ratelimit-* headers (RateLimitHeadersMiddleware).
 """
 
 from __future__ import annotations
@@ -16,20 +19,20 @@ import math
 import time
 
 from django.conf import settings
-from django.core.cache import cache
-from redis.exceptions import RedisError
+from django.utils.deprecation import MiddlewareMixin
 from rest_framework.throttling import BaseThrottle
+
+from routing.accounts.keys import KeyRejected, api_key_authenticate
+from routing.core import ratelimit
+from routing.core.ratelimit import Counter
+from routing.quota import ratelimits
 
 logger = logging.getLogger(__name__)
 
-PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def parse_rate(rate: str) -> tuple[int, int]:
-    """'1200/min' -> (1200, 60)."""
-    count, period = rate.split("/")
-    return int(count), PERIOD_SECONDS[period[0]]
+parse_rate = ratelimits.parse_rate  # '1200/min' -> (1200, 60)
 
 
 def client_ip(request) -> str | None:
@@ -72,31 +75,33 @@ class RateThrottle(BaseThrottle):
             f"ip-{client_ip(request) or 'unknown'}",
         )
 
-    def allow_request(self, request, view) -> bool:
-        if not self.applies(request):
-            return True
+    def counter(self, request) -> Counter | None:
+        """The limit this request counts against (None: no limit)."""
+        account = getattr(request.user, "account", None)
+        if account is not None and self.scope == "account":
+            return ratelimits.request_counter(account)  # the account's own, else the default
         scope, who = self.caller(request)
         rate = settings.API_THROTTLE_RATES.get(scope)
         if not rate:
-            return True
+            return None
         limit, period = parse_rate(rate)
-        at = now()
-        window = int(at // period)
-        key = f"throttle:{scope}:{who}:{period}:{window}"
-        try:
-            cache.add(key, 0, timeout=period + 1)
-            try:
-                count = cache.incr(key)
-            except ValueError:  # expired between add and incr
-                cache.set(key, 1, timeout=period + 1)
-                count = 1
-        except (OSError, RedisError) as exc:
-            # The cache is away: serve rather than refuse everyone (throttling is a
-            # safeguard, not accounting).
-            logger.warning("throttle cache unavailable, not throttling: %s", exc)
+        return Counter(f"{scope}:{who}", limit, period)
+
+    def allow_request(self, request, view) -> bool:
+        if not self.applies(request):
             return True
-        self.wait_seconds = max(1, math.ceil((window + 1) * period - at))
-        return count <= limit
+        counter = self.counter(request)
+        if counter is None:
+            return True
+        at = now()
+        # Atomic across replicas (one Lua script on Redis): a refused request is not
+        # counted, so the accepted ones are exactly the limit per window.
+        taken = ratelimit.take([(counter, 1)], at)
+        self.wait_seconds = taken.retry_after or max(1, math.ceil(counter.reset_seconds(at)))
+        if self.scope == "account":
+            used = taken.counts[0] if taken.counts else 0
+            remember_requests(request, counter, used, at)
+        return taken.ok
 
     def wait(self) -> float | None:
         return getattr(self, "wait_seconds", None)
@@ -160,3 +165,86 @@ def document_rate_limits(result, generator, request, public):
             if problem and "content" not in response:
                 response["content"] = problem
     return result
+
+
+# --- OpenAI's x-ratelimit-* headers on every API response -------------------------------
+
+RATE_LIMITED_PATHS = ("/api/v1/", "/v1/")
+
+
+def reset_text(seconds: float) -> str:
+    """OpenAI's duration text: '1s', '6m0s', '1h0m0s' (whole seconds, rounded up)."""
+    total = max(0, math.ceil(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def remember_requests(request, counter: Counter, used: int, at: float) -> None:
+    """What the request throttle counted, for the headers of the response."""
+    django_request = getattr(request, "_request", request)
+    django_request.ratelimit_requests = ratelimits.Standing(
+        counter.limit, max(0, counter.limit - used), counter.reset_seconds(at)
+    )
+    django_request.ratelimit_account = getattr(request.user, "account", None)
+
+
+def _caller_account(request):
+    """The account of the request's key when no DRF view authenticated it (a URL that
+    matches no view, a view without authentication): None without a valid key."""
+    header = request.headers.get("Authorization", "")
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        return None
+    try:
+        return api_key_authenticate(parts[1]).account
+    except KeyRejected:
+        return None
+
+
+def _standings(request):
+    account = getattr(request, "ratelimit_account", None)
+    requests = getattr(request, "ratelimit_requests", None)
+    if account is None and not hasattr(request, "ratelimit_account"):
+        account = _caller_account(request)
+    if requests is None:  # no throttle ran (401, 404 of an unknown path, 405): a look only
+        if account is not None:
+            counter = ratelimits.request_counter(account)
+        else:
+            rate = settings.API_THROTTLE_RATES.get("anon")
+            counter = None
+            if rate:
+                limit, period = parse_rate(rate)
+                counter = Counter(f"anon:ip-{client_ip(request) or 'unknown'}", limit, period)
+        if counter is not None:
+            requests = ratelimits.request_standing(counter, now())
+    tokens = ratelimits.token_standing(account, now()) if account is not None else None
+    return requests, tokens
+
+
+class RateLimitHeadersMiddleware(MiddlewareMixin):
+    """x-ratelimit-limit-requests, -remaining-requests, -reset-requests (the caller's
+    request rate: the account's, or the client address's without a key) and the -tokens
+    ones (the account's tokens per minute) on every response under /api/v1/ and /v1/,
+    as OpenAI sends them; a limit that is off sends none of its headers. (MiddlewareMixin:
+    sync and async.)"""
+
+    def process_response(self, request, response):
+        if not request.path.startswith(RATE_LIMITED_PATHS):
+            return response
+        try:
+            requests, tokens = _standings(request)
+        except Exception as exc:  # noqa: BLE001 - headers must never break a response
+            logger.warning("rate-limit headers left out: %s", exc)
+            return response
+        for kind, standing in (("requests", requests), ("tokens", tokens)):
+            if standing is None:
+                continue
+            response[f"x-ratelimit-limit-{kind}"] = str(standing.limit)
+            response[f"x-ratelimit-remaining-{kind}"] = str(standing.remaining)
+            response[f"x-ratelimit-reset-{kind}"] = reset_text(standing.reset_seconds)
+        return response

@@ -1,6 +1,7 @@
 import sys
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 
 from catalog.loader import catalog_load
@@ -28,12 +29,23 @@ def no_api_throttling(settings):
     """No test is rate limited by accident: the throttling tests set their own rates
     (tests/routing/api/test_throttling.py)."""
     settings.API_THROTTLE_RATES = dict.fromkeys(settings.API_THROTTLE_RATES)
+    settings.API_TOKENS_PER_MINUTE = None
 
 
 @pytest.fixture(autouse=True)
-def fresh_process_caches():
-    """Each test starts with empty per-process caches (rows roll back between tests,
-    ids do not)."""
+def fresh_process_caches(settings):
+    """Each test starts with empty caches: the shared one in this process's memory
+    (test processes run side by side on their own databases, so they must not share
+    pool loads or generations through var/cache), and the per-process memos (rows roll
+    back between tests, ids do not)."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "tests",
+            "KEY_PREFIX": "mlr",
+        }
+    }
+    cache.clear()
     clear_snapshot()
     clear_pool_loads()
     clear_scopes()

@@ -45,7 +45,7 @@ class KeyRejected(Exception):
 # building cost more than the query itself on the quote path).
 _AUTH_SQL = (
     "SELECT k.id, k.name, k.prefix, k.created_at, k.last_used_at, k.revoked_at, "
-    "a.id, a.name, a.auto_migrate, a.created_at "
+    "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute "
     f"FROM {ApiKey._meta.db_table} k JOIN {Account._meta.db_table} a ON a.id = k.account_id "
     "WHERE k.key_hash = %s"
 )
@@ -60,11 +60,31 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
             row = cur.fetchone()
     if row is None:
         raise KeyRejected("Invalid API key.")
-    kid, name, prefix, created, last_used, revoked, aid, aname, auto_migrate, acreated = row
+    (
+        kid,
+        name,
+        prefix,
+        created,
+        last_used,
+        revoked,
+        aid,
+        aname,
+        auto_migrate,
+        acreated,
+        rpm,
+        tpm,
+    ) = row
     created, last_used, revoked, acreated = map(as_utc, (created, last_used, revoked, acreated))
     if revoked is not None:
         raise KeyRejected(f"This API key was revoked on {revoked:%Y-%m-%d %H:%M} UTC.")
-    account = Account(id=aid, name=aname, auto_migrate=bool(auto_migrate), created_at=acreated)
+    account = Account(
+        id=aid,
+        name=aname,
+        auto_migrate=bool(auto_migrate),
+        created_at=acreated,
+        requests_per_minute=rpm,
+        tokens_per_minute=tpm,
+    )
     key = ApiKey(
         id=kid,
         account=account,

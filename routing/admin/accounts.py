@@ -58,7 +58,16 @@ class RouterTryForm(forms.Form):
 
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
-    list_display = ["name", "auto_migrate", "webhook_url", "created_at", "keys", "try_router"]
+    list_display = [
+        "name",
+        "auto_migrate",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "webhook_url",
+        "created_at",
+        "keys",
+        "try_router",
+    ]
     search_fields = ["name"]
     list_filter = ["auto_migrate"]
     inlines = [ApiKeyInline, QuotaPackageInline]

@@ -29,6 +29,8 @@ class QuotaPackageForm(forms.ModelForm):
             "independent",
             "valid_from",
             "valid_until",
+            "requests_per_minute",
+            "tokens_per_minute",
             "on_retirement",
             "migrate_tier",
             "conversion",

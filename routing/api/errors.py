@@ -27,7 +27,7 @@ from routing.jobs.errors import (
     JobNotCancellable,
     NoTierChosen,
 )
-from routing.quota import QuotaExhausted
+from routing.quota import QuotaExhausted, RateLimited
 from routing.router.quotes import AutoNeedsTask, Quote
 from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
 
@@ -130,6 +130,19 @@ def quota_exhausted(exc: QuotaExhausted, request, model: str) -> Problem:
     return quota_problem(exc.next_reset_at, timezone.now())
 
 
+def rate_limited(exc: RateLimited, request, model: str) -> Problem:
+    """429 rate-limited: the account's or the paying package's requests or tokens per
+    minute (routing.quota.ratelimits), with Retry-After."""
+    return Problem(
+        status_code=429,
+        slug="rate-limited",
+        title="Rate limit exceeded",
+        detail=str(exc),
+        headers={"Retry-After": str(exc.retry_after)},
+        retry_after_seconds=exc.retry_after,
+    )
+
+
 def quote_refused(quote: Quote) -> Problem:
     """The problem for a quote whose router found no tier, by the router's outcome."""
     d, req = quote.decision, quote.request
@@ -217,6 +230,7 @@ PROBLEM_BUILDERS: dict[type[Exception], Callable[[Exception, object, str], Probl
     ModelRetired: model_retired,
     ModelNotServing: model_not_serving,
     QuotaExhausted: quota_exhausted,
+    RateLimited: rate_limited,
     NoTierChosen: no_tier_chosen,
     BatchError: batch_refused,
     FileRejected: batch_refused,

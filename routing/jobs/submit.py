@@ -19,6 +19,7 @@ from routing.core import dispatch
 from routing.core.clock import wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
 from routing.models import Account, Job
+from routing.quota.ratelimits import take_for_work
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
 from routing.router.route import RouteRequest
@@ -59,6 +60,7 @@ def job_submit(
     chosen = q.decision.chosen
     if chosen is None:
         raise NoTierChosen(q)
+    taken = None
     try:
         with transaction.atomic():
             if idempotency_key:
@@ -79,6 +81,13 @@ def job_submit(
                 at=at,
                 note=f"job {job_id}",
             )
+            # Counted when accepted, across every replica: the account's tokens and the
+            # paying package's requests and tokens (RateLimited rolls the job back).
+            taken = take_for_work(
+                account=account,
+                package_id=reservation.package_id,
+                tokens=request.input_tokens + request.output_tokens,
+            )
             job = _create_job(
                 job_id,
                 account,
@@ -95,10 +104,16 @@ def job_submit(
             if send:
                 transaction.on_commit(lambda: send_run(job.pk))
     except IntegrityError:
+        if taken is not None:
+            taken.give_back()
         if idempotency_key:
             replay = _replay(account, idempotency_key, digest)
             if replay is not None:
                 return Submission(replay, False, None)
+        raise
+    except BaseException:
+        if taken is not None:
+            taken.give_back()  # not written after all: the work was not accepted
         raise
     return Submission(job, True, q)
 

@@ -22,6 +22,19 @@ class Account(models.Model):
         help_text="Opted in to automatic migration: work for a retired model is quoted on "
         "its successor instead of refused with 410.",
     )
+    # Rate limits across every replica (routing.quota.ratelimits); blank: the
+    # service's defaults (API_THROTTLE_RATE, API_TOKENS_PER_MINUTE).
+    requests_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="API requests per minute; blank: the service default (API_THROTTLE_RATE).",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Input + output tokens of accepted jobs and completions per minute; "
+        "blank: the service default (API_TOKENS_PER_MINUTE).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -61,6 +61,16 @@ class QuotaPackage(models.Model):
     )
     valid_from = models.DateTimeField(null=True, blank=True)
     valid_until = models.DateTimeField(null=True, blank=True)
+    # Rate limits on the work this package pays for, across every replica
+    # (routing.quota.ratelimits); blank: none beyond the account's.
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Jobs and completions it pays for, per minute."
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Input + output tokens of the work it pays for, per minute.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class OnRetirement(models.TextChoices):

@@ -29,6 +29,7 @@ from routing.quota.packages import (
     tied_pairs,
 )
 from routing.quota.periods import first_period, next_period_start, period_start_for
+from routing.quota.ratelimits import RateLimited
 
 __all__ = [
     "CREDIT_QUANTUM",
@@ -37,6 +38,7 @@ __all__ = [
     "PackageView",
     "QuotaError",
     "QuotaExhausted",
+    "RateLimited",
     "account_packages",
     "choose_package",
     "clear_scopes",

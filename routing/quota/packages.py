@@ -9,7 +9,6 @@ use the same ordering and coverage rules.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,6 +18,7 @@ from django.db.models import QuerySet
 from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
+from routing.core import shared
 from routing.core.sql import as_decimal, as_utc
 from routing.models import Account, QuotaPackage
 from routing.quota.periods import first_period
@@ -76,18 +76,22 @@ class PackageView:
 
 # A package's scope (its models and tiers) changes only in the admin; its balance
 # changes all the time. Balances are read fresh on every call (one query); scopes are
-# kept per process for a few seconds and dropped on a local change.
-SCOPE_TTL_SECONDS = 5.0
-_scopes: dict[int, tuple[float, frozenset[int], frozenset[int]]] = {}
+# kept per process while the shared generation "package-scopes" holds
+# (routing.core.shared): a change of a package's models or tiers bumps it, so every
+# replica reads the new scope on its next request (nothing kept without the cache).
+SCOPES = "package-scopes"
+_scopes: dict[int, tuple[str, frozenset[int], frozenset[int]]] = {}
 
 
 def clear_scopes(**_kwargs) -> None:
+    """Drop this process's scopes and every other process's (a new generation)."""
     _scopes.clear()
+    shared.bump(SCOPES)
 
 
 def _package_scopes(ids: list[int]) -> dict[int, tuple[frozenset[int], frozenset[int]]]:
-    now = time.monotonic()
-    missing = [i for i in ids if i not in _scopes or now - _scopes[i][0] >= SCOPE_TTL_SECONDS]
+    gen = shared.generation(SCOPES)  # read before the rows: a later bump reloads
+    missing = [i for i in ids if gen is None or i not in _scopes or _scopes[i][0] != gen]
     if missing:
         models: dict[int, set[int]] = {i: set() for i in missing}
         tiers: dict[int, set[int]] = {i: set() for i in missing}
@@ -97,9 +101,13 @@ def _package_scopes(ids: list[int]) -> dict[int, tuple[frozenset[int], frozenset
         through_t = QuotaPackage.tiers.through.objects.filter(quotapackage_id__in=missing)
         for pid, tid in through_t.values_list("quotapackage_id", "tier_id"):
             tiers[pid].add(tid)
-        for i in missing:
-            _scopes[i] = (now, frozenset(models[i]), frozenset(tiers[i]))
-    return {i: _scopes[i][1:] for i in ids}
+        fresh = {i: (frozenset(models[i]), frozenset(tiers[i])) for i in missing}
+        if gen is not None:
+            for i, (m, t) in fresh.items():
+                _scopes[i] = (gen, m, t)
+    else:
+        fresh = {}
+    return {i: fresh[i] if i in fresh else _scopes[i][1:] for i in ids}
 
 
 # Read on every quote: a hand-written query (the ORM's query building cost more than

@@ -6,38 +6,59 @@ import datetime as dt
 import threading
 import time
 
+from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Q, Sum
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from catalog.engine import engine_deployment, model_spec
-from catalog.models import Benchmark, Deployment, ModelVersion, Price, Tier
+from catalog.models import (
+    Benchmark,
+    Deployment,
+    HardwarePool,
+    ModelFamily,
+    ModelVersion,
+    Price,
+    Tier,
+)
+from routing.core import shared
 from routing.models import Job, PoolLoad
 from routing.router.route import Benchmark as RouterBenchmark
 from routing.router.route import ModelOption, TierOption
 
 # The catalog changes only when an admin edits it, and the quote path reads it on every
-# request: keep it for a few seconds per process, and drop it at once on a local save.
-# Lifecycle *status* is never cached: it is computed from the cached dates at request
-# time, so a retirement takes effect on its day; an admin's edit of the dates reaches
-# other processes within SNAPSHOT_TTL_SECONDS. Jobs re-check the lifecycle in their
-# own transaction.
-SNAPSHOT_TTL_SECONDS = 5.0
+# request: each process keeps what it read, valid while the shared generation "catalog"
+# (routing.core.shared) is unchanged. Any save or delete of a catalog row bumps it (now
+# and at commit), so an admin's retirement or price change reaches every replica on its
+# next request; without the shared cache nothing is kept. Lifecycle *status* is computed
+# from the dates at request time, and jobs re-check the lifecycle on the row in their own
+# transaction. SNAPSHOT_MAX_AGE_SECONDS bounds a memo's life for changes made without
+# signals (raw SQL).
+SNAPSHOT_MAX_AGE_SECONDS = 300.0
+CATALOG = "catalog"
+# Pool loads (background utilisation plus our own jobs' occupancy) are shared by every
+# process through the cache for POOL_LOAD_TTL_SECONDS: the only figure on the quote path
+# that may be stale, and only by that much (a PoolLoad save drops it at once). They
+# steer the wait estimate, never money or lifecycle: slot booking locks the pool row.
 POOL_LOAD_TTL_SECONDS = 1.0
+POOL_LOADS_KEY = "router:pool-loads"
 OWN_QUEUE_UTILISATION = 0.999
 _snapshot_lock = threading.Lock()
-_snapshot: dict[int, tuple[float, ModelOption]] = {}
-_catalog_rows: list = [0.0, None]  # [loaded_at, list[ModelVersion]]
-_pool_loads: list = [0.0, None]
+_snapshot: dict[int, tuple[str, float, ModelOption]] = {}
+_catalog_rows: list = [None, 0.0, None]  # [generation, loaded_at, list[ModelVersion]]
 
 
 def clear_snapshot(**_kwargs) -> None:
+    """Drop this process's catalog memo and every other process's (a new generation)."""
     with _snapshot_lock:
         _snapshot.clear()
-        _catalog_rows[:] = [0.0, None]
+        _catalog_rows[:] = [None, 0.0, None]
+    shared.bump(CATALOG)
 
 
-for _model in (ModelVersion, Deployment, Price, Benchmark, Tier):
+for _model in (ModelVersion, ModelFamily, Deployment, Price, Benchmark, Tier, HardwarePool):
     post_save.connect(
         clear_snapshot, sender=_model, dispatch_uid=f"snapshot-save-{_model.__name__}"
     )
@@ -46,24 +67,31 @@ for _model in (ModelVersion, Deployment, Price, Benchmark, Tier):
     )
 
 
+def _fresh(gen: str | None, memo_gen: str | None, loaded_at: float, now: float) -> bool:
+    return gen is not None and gen == memo_gen and now - loaded_at < SNAPSHOT_MAX_AGE_SECONDS
+
+
 def catalog_rows() -> list[ModelVersion]:
-    """Every model version with family, successor and recommended tier (cached)."""
-    loaded_at, rows = _catalog_rows
+    """Every model version with family, successor and recommended tier (kept while the
+    catalog's shared generation holds)."""
+    gen = shared.generation(CATALOG)  # read before the rows: a later bump reloads
+    memo_gen, loaded_at, rows = _catalog_rows
     now = time.monotonic()
-    if rows is None or now - loaded_at >= SNAPSHOT_TTL_SECONDS:
+    if rows is None or not _fresh(gen, memo_gen, loaded_at, now):
         rows = list(ModelVersion.objects.select_related("family", "successor", "successor_tier"))
-        _catalog_rows[:] = [now, rows]
+        _catalog_rows[:] = [gen, now, rows]
     return rows
 
 
 def model_option(model: ModelVersion) -> ModelOption:
+    gen = shared.generation(CATALOG)
     now = time.monotonic()
     cached = _snapshot.get(model.pk)
-    if cached and now - cached[0] < SNAPSHOT_TTL_SECONDS:
-        return cached[1]
+    if cached and _fresh(gen, cached[0], cached[1], now):
+        return cached[2]
     option = _build_option(model)
     with _snapshot_lock:
-        _snapshot[model.pk] = (now, option)
+        _snapshot[model.pk] = (gen, now, option)
     return option
 
 
@@ -108,11 +136,23 @@ def _build_option(model: ModelVersion) -> ModelOption:
 
 def pool_loads() -> dict[int, float]:
     """Utilisation per pool: traffic outside this service (PoolLoad) plus our own
-    work occupying the pool's slots. Cached for a second: loads move slowly."""
-    loaded_at, loads = _pool_loads
-    now = time.monotonic()
-    if loads is not None and now - loaded_at < POOL_LOAD_TTL_SECONDS:
+    work occupying the pool's slots. Shared by every process for POOL_LOAD_TTL_SECONDS
+    (loads move slowly); computed here when the cache has none or is away."""
+    try:
+        loads = cache.get(POOL_LOADS_KEY)
+    except (OSError, RedisError):
+        loads = None
+    if loads is not None:
         return loads
+    loads = _compute_pool_loads()
+    try:
+        cache.set(POOL_LOADS_KEY, loads, timeout=POOL_LOAD_TTL_SECONDS)
+    except (OSError, RedisError):
+        pass
+    return loads
+
+
+def _compute_pool_loads() -> dict[int, float]:
     loads = dict(PoolLoad.objects.values_list("pool_id", "background_utilisation"))
     for pool_id, busy in own_pool_occupancy().items():
         background = loads.get(pool_id, 0.0)
@@ -122,12 +162,21 @@ def pool_loads() -> dict[int, float]:
         # counts as all but full, so the wait estimate is long and only work whose
         # deadline allows it still goes there; the rest goes to another tier.
         loads[pool_id] = min(OWN_QUEUE_UTILISATION, background + busy)
-    _pool_loads[:] = [now, loads]
     return loads
 
 
+def _drop_pool_loads() -> None:
+    try:
+        cache.delete(POOL_LOADS_KEY)
+    except (OSError, RedisError):
+        pass
+
+
 def clear_pool_loads(**_kwargs) -> None:
-    _pool_loads[:] = [0.0, None]
+    """Every process recomputes the pool loads on its next read (now and at commit)."""
+    _drop_pool_loads()
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(_drop_pool_loads)
 
 
 post_save.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-save")
