@@ -98,8 +98,9 @@ def job_claim(job_id, *, at: dt.datetime) -> Job | None:
     cannot run it. None when the job is not queued. The caller decides who finishes
     it: the worker schedules a finish message; an interactive request (the /v1/ chat
     endpoints) finishes it itself when its answer has been generated."""
+    # Only the job row is locked (`of`): the catalog rows it joins are read, not held.
     job = (
-        Job.objects.select_for_update()
+        Job.objects.select_for_update(of=("self",))
         .select_related("model", "tier", "pool")
         .filter(pk=job_id, status=Job.Status.QUEUED)
         .first()
@@ -149,8 +150,10 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
     transaction. Idempotent (only a running job past its end is finished)."""
     at = at or timezone.now()
     with transaction.atomic():
+        # The reservation comes with the job (one statement); settling locks it.
         job = (
-            Job.objects.select_for_update()
+            Job.objects.select_for_update(of=("self",))
+            .select_related("reservation")
             .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
             .first()
         )
