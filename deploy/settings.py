@@ -320,6 +320,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
     "expire-files": {"task": "routing.expire_files", "schedule": 3600.0},
+    "reconcile-occupancy": {"task": "routing.reconcile_occupancy", "schedule": 60.0},
     "sweep-jobs": {
         "task": "routing.sweep_jobs",
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),

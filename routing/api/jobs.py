@@ -92,7 +92,9 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
                 prompt=prompt,
                 idempotency_key=key,
             )
-        job = Job.objects.select_related("model", "tier", "pool", "package").get(pk=sub.job.pk)
+        job = sub.job  # a new job comes with its model, tier, pool and package (in memory)
+        if not sub.created:
+            job = Job.objects.select_related("model", "tier", "pool", "package").get(pk=job.pk)
         headers = {"Location": reverse("job-detail", args=[job.pk], request=request)}
         if sub.created:
             headers.update(client_deprecation_headers(job.model, request))

@@ -13,12 +13,12 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from catalog import lifecycle
-from catalog.models import ModelVersion
+from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.core import dispatch
 from routing.core.clock import wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
-from routing.models import Account, Job
+from routing.models import Account, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
@@ -80,6 +80,7 @@ def job_submit(
                 reference=f"job:{job_id}",
                 at=at,
                 note=f"job {job_id}",
+                packages=q.packages,
             )
             # Counted when accepted, across every replica: the account's tokens and the
             # paying package's requests and tokens (RateLimited rolls the job back).
@@ -101,6 +102,7 @@ def job_submit(
                 reservation,
                 at,
             )
+            _related_from_memory(job, q)
             if send:
                 transaction.on_commit(lambda: send_run(job.pk))
     except IntegrityError:
@@ -185,6 +187,20 @@ def _create_job(
         last_sent_at=at,
         **placement_fields(q.decision.chosen, reservation, at),
     )
+
+
+def _related_from_memory(job: Job, q: Quote) -> None:
+    """The tier, pool and package of a new job as the quote read them, so the 202 is
+    built without reading the job back: only the fields the quote had are loaded (any
+    other field is read from the database on first use, as a deferred field is)."""
+    c, db = q.decision.chosen, job._state.db
+    job.tier = Tier.from_db(db, ["id", "slug"], [c.tier_id, c.tier])
+    job.pool = HardwarePool.from_db(db, ["id", "slug"], [c.pool_id, c.pool])
+    for p in q.packages or ():
+        if p.id == job.package_id:
+            job.package = QuotaPackage.from_db(
+                db, ["id", "name", "independent"], [p.id, p.name, p.independent]
+            )
 
 
 RUN_TASK = "routing.run_job"

@@ -25,6 +25,7 @@ from routing import quota
 from routing.core import dispatch
 from routing.core.clock import sim_scale, wall
 from routing.models import Job
+from routing.router import occupancy
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,27 @@ def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, flo
         .order_by("finishes_at")
         .values_list("finishes_at", "slot_share")
     )
+
+
+def slot_start(pool_id: int, share: float, at: dt.datetime) -> dt.datetime:
+    """`next_slot` over the pool's running jobs without reading them while there is
+    room: the pool's running share comes from its counters (every running job, those
+    past their end and not yet finished included, so it is never below the jobs still
+    holding slots). Only a full pool walks its running jobs by end (index order, in
+    chunks) until enough of them have ended: the same answer as `next_slot`."""
+    busy = occupancy.running_share(pool_id)
+    if busy + share <= 1.0 + 1e-9:
+        return at
+    ordered = (
+        Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING)
+        .order_by("finishes_at")
+        .values_list("finishes_at", "slot_share")
+    )
+    for ends, s in ordered.iterator(chunk_size=256):
+        busy -= s
+        if busy + share <= 1.0 + 1e-9:
+            return max(ends, at)
+    return at
 
 
 def next_slot(
@@ -84,8 +106,9 @@ def job_claim(job_id, *, at: dt.datetime) -> Job | None:
     cannot run it. None when the job is not queued. The caller decides who finishes
     it: the worker schedules a finish message; an interactive request (the /v1/ chat
     endpoints) finishes it itself when its answer has been generated."""
+    # Only the job row is locked (`of`): the catalog rows it joins are read, not held.
     job = (
-        Job.objects.select_for_update()
+        Job.objects.select_for_update(of=("self",))
         .select_related("model", "tier", "pool")
         .filter(pk=job_id, status=Job.Status.QUEUED)
         .first()
@@ -110,7 +133,7 @@ def job_claim(job_id, *, at: dt.datetime) -> Job | None:
         return job
     # One slot booking at a time per pool: lock the pool row (PostgreSQL).
     HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
-    start = next_slot(pool_occupancy(job.pool_id, at), job.slot_share, at)
+    start = slot_start(job.pool_id, job.slot_share, at)
     run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
     queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
     job.status = Job.Status.RUNNING
@@ -135,8 +158,10 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
     transaction. Idempotent (only a running job past its end is finished)."""
     at = at or timezone.now()
     with transaction.atomic():
+        # The reservation comes with the job (one statement); settling locks it.
         job = (
-            Job.objects.select_for_update()
+            Job.objects.select_for_update(of=("self",))
+            .select_related("reservation")
             .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
             .first()
         )

@@ -3,7 +3,7 @@
 
 from routing.models.accounts import Account, ApiKey
 from routing.models.batches import Batch, BatchRequest, BatchSchedule, File, _file_id, _file_path
-from routing.models.jobs import Job, PoolLoad
+from routing.models.jobs import Job, PoolLoad, PoolOccupancy
 from routing.models.quota import CREDIT, LedgerEntry, QuotaPackage, QuotaReservation
 from routing.models.retirement import Notice, RetirementApplication
 
@@ -19,6 +19,7 @@ __all__ = [
     "LedgerEntry",
     "Notice",
     "PoolLoad",
+    "PoolOccupancy",
     "QuotaPackage",
     "QuotaReservation",
     "RetirementApplication",

@@ -35,6 +35,31 @@ class PoolLoad(models.Model):
         return f"{self.pool.slug}: {self.background_utilisation:.0%}"
 
 
+class PoolOccupancy(models.Model):
+    """Running totals of this service's active jobs per pool: the slot shares (and
+    counts) of its queued and its running jobs. Kept by database triggers on the job
+    table (migration 0008), so every insert, update and delete of a job changes them in
+    the same transaction, whoever writes it (ORM, bulk update, raw SQL). Striped: each
+    change goes to one of a few rows of the pool (at random on PostgreSQL) so concurrent
+    jobs of one pool seldom wait on the same row; a pool's totals are the sum of its rows
+    (a row alone may be negative). `routing.router.occupancy` reads and checks them."""
+
+    pool = models.ForeignKey(HardwarePool, on_delete=models.CASCADE, related_name="+")
+    stripe = models.PositiveSmallIntegerField()
+    queued_share = models.FloatField(default=0.0)
+    running_share = models.FloatField(default=0.0)
+    queued = models.IntegerField(default=0)
+    running = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "stripe"], name="pool_occupancy_stripe")
+        ]
+
+    def __str__(self) -> str:
+        return f"pool {self.pool_id}/{self.stripe}: {self.queued_share} + {self.running_share}"
+
+
 class Job(models.Model):
     """One piece of work: accepted with a quota reservation, run by a worker on the
     simulated hardware of its tier, settled once.
@@ -113,7 +138,11 @@ class Job(models.Model):
                 condition=Q(slot_share__gt=0) & Q(slot_share__lte=1), name="job_slot_share"
             ),
         ]
-        indexes = [models.Index(fields=["pool", "status", "finishes_at"])]
+        indexes = [
+            models.Index(fields=["pool", "status", "finishes_at"]),
+            # Running jobs past their end, not yet finished (own_occupancy's correction).
+            models.Index(fields=["status", "finishes_at"], name="job_status_finishes_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"

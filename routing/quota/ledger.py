@@ -89,12 +89,15 @@ def quota_reserve_for(
     reference: str,
     at: dt.datetime | None = None,
     note: str = "",
+    packages: list | None = None,
 ) -> QuotaReservation:
-    """Reserve on the first package that can pay, in payment order (see choose_package)."""
+    """Reserve on the first package that can pay, in payment order (see choose_package).
+    `packages`: the account's packages as the caller read them already (a quote, same
+    request); the conditional UPDATE of `quota_reserve` is still the guard."""
     at = at or timezone.now()
     amount = credits(amount)
     covering = choose_package(
-        account_packages(account),
+        account_packages(account) if packages is None else packages,
         model_id=model_id,
         family_id=family_id,
         tier_id=tier_id,

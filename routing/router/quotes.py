@@ -29,6 +29,7 @@ class Quote:
     resolved: Resolved | None  # None for model "auto"
     decision: RouteDecision
     at: dt.datetime
+    packages: list | None = None  # the account's packages as the quote read them
 
 
 def route_request_from(data: dict) -> RouteRequest:
@@ -56,10 +57,10 @@ def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.d
         decision = route(
             request, models=options, packages=packages, loads=loads, now=at, quality=True
         )
-        return Quote(request, model, None, decision, at)
+        return Quote(request, model, None, decision, at, packages)
     resolved = resolve_for_routing(model, auto_migrate=account.auto_migrate, at=at)
     option = model_option(resolved.model)
     if not option.tiers:
         raise ModelNotServing(resolved.model, lifecycle.model_status(resolved.model, at))
     decision = route(request, models=[option], packages=packages, loads=loads, now=at)
-    return Quote(request, model, resolved, decision, at)
+    return Quote(request, model, resolved, decision, at, packages)

@@ -8,7 +8,6 @@ import time
 
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Q, Sum
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -24,7 +23,8 @@ from catalog.models import (
     Tier,
 )
 from routing.core import shared
-from routing.models import Job, PoolLoad
+from routing.models import PoolLoad
+from routing.router import occupancy
 from routing.router.route import Benchmark as RouterBenchmark
 from routing.router.route import ModelOption, TierOption
 
@@ -190,12 +190,6 @@ def own_pool_occupancy() -> dict[int, float]:
 
 def own_occupancy(at: dt.datetime) -> dict[int, float]:
     """Share of each pool held or awaited by this service's jobs (queued jobs count:
-    they will need a slot; above 1.0 the pool has a queue)."""
-    rows = (
-        Job.objects.filter(
-            Q(status=Job.Status.QUEUED) | Q(status=Job.Status.RUNNING, finishes_at__gt=at)
-        )
-        .values("pool_id")
-        .annotate(share=Sum("slot_share"))
-    )
-    return {r["pool_id"]: r["share"] for r in rows}
+    they will need a slot; above 1.0 the pool has a queue). From the running totals
+    (routing.router.occupancy): flat in the number of jobs."""
+    return occupancy.own_occupancy(at)

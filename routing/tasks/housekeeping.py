@@ -16,6 +16,7 @@ from routing.retirement.notices import (
     notice_deliver,
     notices_announce_due,
 )
+from routing.router.occupancy import occupancy_reconcile
 from routing.tasks.base import RETRY, reset_connections
 
 
@@ -68,3 +69,11 @@ def deliver_notice(self, notice_id: str) -> None:
 
 def backoff_seconds(retries: int) -> float:
     return min(600.0, 5.0 * 2**retries) * random.uniform(0.5, 1.0)
+
+
+@shared_task(name="routing.reconcile_occupancy", ignore_result=True, **RETRY)
+def reconcile_occupancy() -> int:
+    """Check each pool's occupancy counters against its jobs; rewrite them (and log a
+    warning) when they differ (beat, every minute). The number of pools that differed."""
+    reset_connections()
+    return len(occupancy_reconcile())

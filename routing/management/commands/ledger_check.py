@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from routing.quota.audit import ledger_audit
+from routing.router.occupancy import occupancy_mismatches
 
 
 class Command(BaseCommand):
@@ -11,6 +12,7 @@ class Command(BaseCommand):
         "twice or charged while cancelled, and that every batch was charged exactly its "
         "completed requests and holds nothing once ended; print job counts. Exit 1 on any "
         "mismatch."
+        " Also that each pool's occupancy counters equal its queued and running jobs."
     )
 
     def add_arguments(self, parser):
@@ -18,6 +20,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         report = ledger_audit()  # the queries live in routing.quota.audit
+        report["occupancy_mismatches"] = occupancy_mismatches()
+        report["ok"] = report["ok"] and not report["occupancy_mismatches"]
         if o["json"]:
             self.stdout.write(json.dumps(report, default=str))
         else:
