@@ -20,6 +20,8 @@ from django.core.cache import cache
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
+from routing.core import metrics
+
 logger = logging.getLogger(__name__)
 
 PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -96,7 +98,10 @@ class RateThrottle(BaseThrottle):
             logger.warning("throttle cache unavailable, not throttling: %s", exc)
             return True
         self.wait_seconds = max(1, math.ceil((window + 1) * period - at))
-        return count <= limit
+        if count > limit:
+            metrics.RATE_LIMITED.labels(scope=scope).inc()
+            return False
+        return True
 
     def wait(self) -> float | None:
         return getattr(self, "wait_seconds", None)

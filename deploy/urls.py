@@ -5,6 +5,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from deploy.problems import handler404 as handler404_view
+from routing.api.metrics import metrics_view
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
@@ -18,6 +19,8 @@ urlpatterns = [
     re_path(r"^api/", csrf_exempt(handler404_view)),
     # The OpenAI-compatible surface (the SDK's conventional base URL is http://host/v1).
     path("v1/", include("routing.compat.urls")),
+    # Prometheus (routing/api/metrics.py): a bearer METRICS_TOKEN, or loopback only.
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler400 = "deploy.problems.handler400"
