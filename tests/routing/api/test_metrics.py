@@ -8,6 +8,9 @@ least as much."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
+from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -163,3 +166,23 @@ def test_only_get_and_head(client):
     assert r.status_code == 405 and r["Content-Type"] == PROBLEM
     assert r["Allow"] == "GET, HEAD"
     assert client.head("/metrics").status_code == 200
+
+
+def test_the_grafana_dashboard_uses_only_figures_the_service_serves(client):
+    dashboard = (
+        Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "routing-dashboard.json"
+    )
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    used = {
+        re.sub(r"_(bucket|count|sum|total)$", "", n)
+        for e in exprs
+        for n in re.findall(r"routing_\w+", e)
+    }
+    served = {
+        f.name for f in text_string_to_metric_families(client.get("/metrics").content.decode())
+    }
+    served |= {
+        m._name.removesuffix("_total")
+        for m in (metrics.RATE_LIMITED, metrics.JOB_QUEUE_WAIT, metrics.JOB_COMPLETION)
+    } | {metrics.TASK_QUEUE_WAIT._name, metrics.TASK_RUNTIME._name}
+    assert used and used <= served, used - served
