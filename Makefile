@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack clean
+.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-streams: install
 ## the quick start's own stack (deploy/run.sh, SQLite): embedded broker vs Redis, 25 jobs/s
 bench-stack: install
 	$(PY) bench/bench_stack.py
+
+## interactive job start latency, idle and beside large batches: one worker vs a worker per queue
+bench-queues: install
+	$(PY) bench/bench_queues.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

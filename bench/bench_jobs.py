@@ -43,9 +43,9 @@ def noop_rate(stack: Stack, workers: int, n: int) -> float:
         ):
             t0 = time.perf_counter()
             for _ in range(n):
-                app.send_task("deploy.noop", producer=producer)
+                app.send_task("deploy.noop", producer=producer, queue="interactive")
         # Done when the queue is empty and every worker has logged its n-th success.
-        while r.llen("celery") > 0:
+        while r.llen("interactive") > 0:  # deploy.noop's queue (CELERY_TASK_ROUTES)
             time.sleep(0.01)
         deadline = time.monotonic() + 120
         while sum(p.log_text().count("deploy.noop") for p in procs) < 2 * n:

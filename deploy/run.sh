@@ -23,6 +23,10 @@ LOG_KEEP=${LOG_KEEP:-3}
 STOP_GRACE_SECONDS=${STOP_GRACE_SECONDS:-5}
 RESTART_RESET_SECONDS=${RESTART_RESET_SECONDS:-60}
 mkdir -p "$LOG_DIR"
+# Event metrics of this run's processes (prometheus_client multiprocess mode, README
+# "Metrics"): a fresh folder each start, so counters of dead processes do not pile up.
+export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${VAR_DIR:-var}/metrics}
+mkdir -p "$PROMETHEUS_MULTIPROC_DIR" && rm -f "$PROMETHEUS_MULTIPROC_DIR"/*.db
 
 # Each service in a session (and process group) of its own, when setsid is there.
 SETSID=$(command -v setsid || true)
@@ -57,7 +61,9 @@ alive() { # pid: anything of the service still running
 start() { # worker | beat | web
   local name=$1 cmd log
   case $name in
-    worker) cmd=("$CELERY" -A deploy worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}") ;;
+    # One worker for every queue (production: one per queue, README "Queues by kind of work").
+    worker) cmd=("$CELERY" -A deploy worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}"
+      -Q "${WORKER_QUEUES:-interactive,batch,housekeeping}") ;;
     beat) cmd=("$CELERY" -A deploy beat --loglevel=INFO --pidfile=) ;;
     # ASGI (uvicorn workers under gunicorn): a streaming chat completion holds a
     # coroutine, not a thread (README "Serving: ASGI").

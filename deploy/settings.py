@@ -326,6 +326,29 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
 }
+# Queues by kind of work, so a 50,000-line batch never delays an interactive job's start:
+# job steps on "interactive", batch links on "batch", beat's sweeps, notices, retirements,
+# period resets and file expiry on "housekeeping" (also the default for anything new).
+# `make run` starts one worker for all of them (CELERY_QUEUES_ALL); production runs a
+# worker per queue (README "Queues by kind of work").
+CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
+CELERY_TASK_ROUTES = {
+    "routing.run_job": {"queue": "interactive"},
+    "routing.finish_job": {"queue": "interactive"},
+    "deploy.noop": {"queue": "interactive"},
+    "routing.validate_batch": {"queue": "batch"},
+    "routing.advance_batch": {"queue": "batch"},
+    "routing.finalize_batch": {"queue": "batch"},
+    "routing.start_scheduled_batch": {"queue": "batch"},
+    "routing.sweep_jobs": {"queue": "housekeeping"},
+    "routing.sweep_batches": {"queue": "housekeeping"},
+    "routing.reset_quota_periods": {"queue": "housekeeping"},
+    "routing.apply_retirements": {"queue": "housekeeping"},
+    "routing.announce_notices": {"queue": "housekeeping"},
+    "routing.deliver_notice": {"queue": "housekeeping"},
+    "routing.expire_files": {"queue": "housekeeping"},
+}
+CELERY_QUEUES_ALL = "interactive,batch,housekeeping"
 # Accepting a job must not hang on a broker that is down: try briefly, then leave the
 # job queued in the database for the sweeper to send again.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.2}
@@ -337,6 +360,13 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 2
 # due, which RabbitMQ allows for consumer_timeout (30 min) and Redis for the visibility
 # timeout (1 h): no countdown is longer than this (a job's finish checks in again).
 BROKER_MAX_COUNTDOWN_SECONDS = float(os.environ.get("BROKER_MAX_COUNTDOWN_SECONDS", "600"))
+
+# --- Metrics (GET /metrics, Prometheus text; README "Metrics") ---------------------------
+# With METRICS_TOKEN set, a scrape must send `Authorization: Bearer <token>`; without it,
+# only loopback clients (the address as deploy.throttling.client_ip sees it) may scrape.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+# Event counters of every process on this machine (prometheus_client multiprocess mode).
+METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
 
 # --- Simulated time -------------------------------------------------------------------
 # Simulated seconds per wall second: 1 is real time; demos and tests compress it.

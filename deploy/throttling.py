@@ -23,7 +23,7 @@ from django.utils.deprecation import MiddlewareMixin
 from rest_framework.throttling import BaseThrottle
 
 from routing.accounts.keys import KeyRejected, api_key_authenticate
-from routing.core import ratelimit
+from routing.core import metrics, ratelimit
 from routing.core.ratelimit import Counter
 from routing.quota import ratelimits
 
@@ -101,6 +101,9 @@ class RateThrottle(BaseThrottle):
         if self.scope == "account":
             used = taken.counts[0] if taken.counts else 0
             remember_requests(request, counter, used, at)
+        if not taken.ok:
+            # the counter's scope: account, write, or anon for a request without a key
+            metrics.RATE_LIMITED.labels(scope=counter.name.split(":", 1)[0]).inc()
         return taken.ok
 
     def wait(self) -> float | None:

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from deploy.problems import handler404 as handler404_view
 from deploy.problemtypes import problem_index_view, problem_type_view
+from routing.api.metrics import metrics_view
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/api/docs/", permanent=False)),
@@ -22,6 +23,8 @@ urlpatterns = [
     path("problems/<str:slug>", problem_type_view, name="problem-type"),
     # The OpenAI-compatible surface (the SDK's conventional base URL is http://host/v1).
     path("v1/", include("routing.compat.urls")),
+    # Prometheus (routing/api/metrics.py): a bearer METRICS_TOKEN, or loopback only.
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 handler400 = "deploy.problems.handler400"

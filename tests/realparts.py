@@ -55,6 +55,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN_DIR = Path(sys.executable).parent
 HOST = "127.0.0.1"
 TMP_PREFIX = "realparts-"
+# The Celery queues a worker started here consumes unless told (deploy/settings.py
+# CELERY_QUEUES_ALL; tests/routing/test_queues.py checks they agree).
+ALL_QUEUES = "interactive,batch,housekeeping"
 PG_OS_USER = "postgres"
 
 # Settings of every throwaway cluster: local only, no durability, small.
@@ -941,7 +944,12 @@ def project_env(
     at exit unless `var_dir` is given). `extra` adds variables; a None value removes one."""
     env = dict(os.environ)
     for key in list(env):
-        if key.startswith("PYTEST_") or key == "CELERY_TASK_ALWAYS_EAGER":
+        # PROMETHEUS_MULTIPROC_DIR: this process's metrics folder (routing.core.metrics
+        # sets it); the subprocesses keep theirs under their own VAR_DIR.
+        if key.startswith("PYTEST_") or key in {
+            "CELERY_TASK_ALWAYS_EAGER",
+            "PROMETHEUS_MULTIPROC_DIR",
+        }:
             del env[key]
     if var_dir is None:
         var_dir = owned_tempdir("var")
@@ -1135,7 +1143,9 @@ def start_worker(
     log_dir: str | Path | None = None,
 ) -> ServiceProcess:
     """`celery -A deploy worker --pool=prefork` in the repo root with `env`; its log is
-    `<log_dir or $VAR_DIR/log>/<name>.log`. Call `.wait_ready()` before relying on it."""
+    `<log_dir or $VAR_DIR/log>/<name>.log`. Call `.wait_ready()` before relying on it.
+    It consumes `queues`, by default every queue (CELERY_QUEUES_ALL: interactive, batch,
+    housekeeping), as `make run`'s one worker does."""
     name = name or _unique_name("worker")
     argv = [
         str(BIN_DIR / "celery"),
@@ -1146,8 +1156,8 @@ def start_worker(
         "--pool=prefork",
         "-n", f"{name}@%h",
     ]  # fmt: skip
-    if queues:
-        argv += ["-Q", queues if isinstance(queues, str) else ",".join(queues)]
+    queues = queues or ALL_QUEUES
+    argv += ["-Q", queues if isinstance(queues, str) else ",".join(queues)]
     argv += list(extra_args)
     return ServiceProcess(
         argv, env=env, name=name, log_path=_log_path(env, log_dir, name), ready_marker="ready."

@@ -97,8 +97,9 @@ class Stack:
         web.wait_ready(30)
         return web
 
-    def start_worker(self, concurrency: int = 2) -> ServiceProcess:
-        w = start_worker(self.env, concurrency=concurrency)
+    def start_worker(self, concurrency: int = 2, queues: str | None = None) -> ServiceProcess:
+        """A worker on `queues` (default: all of them, as `make run` starts one)."""
+        w = start_worker(self.env, concurrency=concurrency, queues=queues)
         self.procs.append(w)
         self.workers.append(w)
         return w.wait_ready(60)
@@ -175,6 +176,11 @@ class Stack:
                 return seen
             time.sleep(0.3)
         raise AssertionError(f"not all {statuses} after {timeout} s: {seen}\n" + self.logs())
+
+    def metrics(self) -> str:
+        """GET /metrics (from loopback: no token needed), the Prometheus text."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
+            return r.read().decode()
 
     def ledger(self) -> dict:
         return json.loads(run_manage(self.env, "ledger_check", "--json"))

@@ -20,9 +20,9 @@ from django.utils import timezone
 
 import simengine
 from catalog.engine import predict_on
-from catalog.models import HardwarePool
+from catalog.models import HardwarePool, Tier
 from routing import quota
-from routing.core import dispatch
+from routing.core import dispatch, metrics
 from routing.core.clock import sim_scale, wall
 from routing.models import Job
 from routing.router import occupancy
@@ -174,7 +174,21 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
         job.finished_at = at
         job.cost = reservation.charged
         job.save(update_fields=["status", "finished_at", "cost"])
+        tier_id, simulated = job.tier_id, job.simulated
+        transaction.on_commit(lambda: metrics.observe_job_finished(tier_slug(tier_id), simulated))
         return job
+
+
+_tier_slugs: dict[int, str] = {}
+
+
+def tier_slug(tier_id: int) -> str:
+    """A tier's slug for metric labels (a handful of tiers; looked up once a process)."""
+    if tier_id not in _tier_slugs:
+        _tier_slugs[tier_id] = (
+            Tier.objects.filter(pk=tier_id).values_list("slug", flat=True).first() or "?"
+        )
+    return _tier_slugs[tier_id]
 
 
 def job_finish_when_due(job_id, *, at: dt.datetime | None = None) -> Job | None:

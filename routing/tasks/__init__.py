@@ -16,6 +16,7 @@ from routing.tasks.housekeeping import (
     reset_quota_periods,
 )
 from routing.tasks.jobs import finish_job, run_job, sweep_jobs
+from routing.tasks.metrics import stamp_published_at  # noqa: F401 (connects the signals)
 
 __all__ = [
     "advance_batch",
