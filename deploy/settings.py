@@ -347,6 +347,7 @@ CELERY_TASK_ROUTES = {
     "routing.announce_notices": {"queue": "housekeeping"},
     "routing.deliver_notice": {"queue": "housekeeping"},
     "routing.expire_files": {"queue": "housekeeping"},
+    "routing.reconcile_occupancy": {"queue": "housekeeping"},
 }
 CELERY_QUEUES_ALL = "interactive,batch,housekeeping"
 # Accepting a job must not hang on a broker that is down: try briefly, then leave the

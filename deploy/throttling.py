@@ -102,8 +102,8 @@ class RateThrottle(BaseThrottle):
             used = taken.counts[0] if taken.counts else 0
             remember_requests(request, counter, used, at)
         if not taken.ok:
-            # the counter's scope: account, write, or anon for a request without a key
-            metrics.RATE_LIMITED.labels(scope=counter.name.split(":", 1)[0]).inc()
+            # account, write, or anon for a request without a key
+            metrics.RATE_LIMITED.labels(scope=self.caller(request)[0]).inc()
         return taken.ok
 
     def wait(self) -> float | None:
