@@ -2,6 +2,7 @@
 
 from routing.admin import (  # noqa: F401
     accounts,
+    attention,
     batches,
     files,
     jobs,

@@ -4,16 +4,27 @@ name, admin:routing_retirement_impact)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 
 from catalog import lifecycle
+from catalog.admin import status_sentence
 from catalog.models import ModelVersion, Tier
 from routing.admin.base import ReadOnlyAdmin
 from routing.models import Notice, RetirementApplication
 from routing.retirement.impact import impact_chart, retirement_impact
 from routing.retirement.notices import notices_resend
+
+
+def _status_text(model: ModelVersion) -> str:
+    """'retired since 2026-09-18, successor ...', 'deprecated: retires on ...'."""
+    status, sentence = lifecycle.model_status(model), status_sentence(model)
+    if status == lifecycle.RETIRED or not sentence:
+        return sentence or status
+    return f"{status}: {sentence}"
 
 
 @admin.register(RetirementApplication)
@@ -32,7 +43,15 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
 
     def impact_view(self, request, slug: str):
         """Retirement impact of a model: users, migration replay, capacity, chart."""
-        context = {**self.admin_site.each_context(request), "title": "Retirement impact"}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Retirement impact",
+            # The sidebar highlights the entry whose URL the path starts with: this page
+            # belongs to Model versions, not to where its URL happens to live.
+            "nav_request": SimpleNamespace(
+                path=reverse("admin:catalog_modelversion_changelist")
+            ),
+        }
         model = ModelVersion.objects.filter(slug=slug).first()
         if model is None:
             self.message_user(request, f"No model {slug!r}.", level=messages.ERROR)
@@ -49,6 +68,7 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
             "models": ModelVersion.objects.order_by("slug"),
             "tiers": Tier.objects.all(),
             "status": lifecycle.model_status(model),
+            "status_text": _status_text(model),
         }
         return TemplateResponse(request, "admin/routing/impact.html", context)
 
