@@ -246,7 +246,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
                     "kv_bytes_per_token",
                     "architecture_is_estimate",
                     "estimated_fields",
-                ]
+                ],
             },
         ),
     ]
@@ -408,10 +408,14 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
 @admin.register(LifecycleChange)
 class LifecycleChangeAdmin(admin.ModelAdmin):
-    list_display = ["changed_at", "model", "field", "old_value", "new_value", "actor", "reason"]
+    list_display = ["changed_at", "model", "event", "actor", "reason"]
     list_filter = ["field", "actor"]
     search_fields = ["model__slug", "actor", "reason"]
     date_hierarchy = "changed_at"
+
+    @admin.display(description="change")
+    def event(self, obj: LifecycleChange) -> str:
+        return history_event(obj)
 
     def has_add_permission(self, request):
         return False

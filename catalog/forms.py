@@ -5,7 +5,6 @@ from django import forms
 from catalog.lifecycle import LifecycleError, utc_today, validate_lifecycle
 from catalog.models import ModelVersion, Tier
 
-
 MODALITIES = [("text", "text"), ("image", "image"), ("audio", "audio"), ("video", "video")]
 
 

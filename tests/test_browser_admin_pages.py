@@ -51,7 +51,6 @@ def visit(page, url: str, name: str) -> None:
     assert page.evaluate(SCROLLING_BOXES) == [], name
 
 
-
 @pytest.fixture
 def demo(settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
@@ -75,7 +74,7 @@ def demo(settings, tmp_path):
     return batch
 
 
-def test_admin_pages_fit_and_inform(live_server, django_user_model, demo, browser_page):
+def test_admin_pages_fit_and_inform(live_server, django_user_model, demo, browser_page):  # noqa: F811 (the fixture, imported)
     django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password-1")
     page = browser_page
     page.set_viewport_size({"width": WIDTH, "height": HEIGHT})

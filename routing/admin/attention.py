@@ -58,9 +58,7 @@ def attention_lines() -> list:
                 m.retires_on.strftime("%Y-%m-%d"),
                 r.days_left,
                 format_html(", successor {}", m.successor.slug) if m.successor_id else "",
-                format_html(
-                    ", <strong>inside its {}-day notice period</strong>", r.notice_days
-                )
+                format_html(", <strong>inside its {}-day notice period</strong>", r.notice_days)
                 if r.inside_notice
                 else "",
                 reverse("admin:routing_retirement_impact", args=[m.slug]),

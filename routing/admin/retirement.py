@@ -48,9 +48,7 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
             "title": "Retirement impact",
             # The sidebar highlights the entry whose URL the path starts with: this page
             # belongs to Model versions, not to where its URL happens to live.
-            "nav_request": SimpleNamespace(
-                path=reverse("admin:catalog_modelversion_changelist")
-            ),
+            "nav_request": SimpleNamespace(path=reverse("admin:catalog_modelversion_changelist")),
         }
         model = ModelVersion.objects.filter(slug=slug).first()
         if model is None:

@@ -42,10 +42,20 @@ WINDOW_MARK_FACTOR = 3.0
 def _time_unit(span_seconds: float) -> tuple[float, str]:
     """Seconds per unit and its name, so the run's span reads in 1..120 units."""
     if span_seconds <= 120:
-        return 1.0, "s"
+        return 1.0, "seconds"
     if span_seconds <= 7200:
-        return 60.0, "min"
-    return 3600.0, "h"
+        return 60.0, "minutes"
+    return 3600.0, "hours"
+
+
+def run_axis(last: float, predicted: float | None, window_end: float) -> tuple[float, bool]:
+    """The x-axis of a run chart (simulated seconds since the start): its span covers the
+    last finish and the predicted one, and the window's end only when that is near
+    (within WINDOW_MARK_FACTOR times); (span, whether the window's end is drawn)."""
+    span = max(last, predicted or 0.0, 1.0)
+    if window_end <= WINDOW_MARK_FACTOR * span:
+        return max(span, window_end), True
+    return span, False
 
 
 def batch_chart(batch: Batch) -> str | None:
@@ -67,10 +77,7 @@ def batch_chart(batch: Batch) -> str | None:
     predicted = float(plan.get("makespan_seconds") or 0) or None
     last = max((max(v) for v in ends.values() if v), default=0.0)
     window_end = (batch.expires_at - batch.in_progress_at).total_seconds() * scale
-    span = max(last, predicted or 0.0, 1.0)
-    show_window = window_end <= WINDOW_MARK_FACTOR * span
-    if show_window:
-        span = max(span, window_end)
+    span, show_window = run_axis(last, predicted, window_end)
     unit, unit_name = _time_unit(span)
     out: list[str] = []
     with png_figure(out, figsize=(8, 3.2)) as (_fig, ax):
@@ -80,11 +87,18 @@ def batch_chart(batch: Batch) -> str | None:
                 [0.0] + [x / unit for x in xs],
                 range(len(xs) + 1),
                 where="post",
-                label=f"{tier} ({len(xs):,})",
+                label=f"{tier}: {len(xs):,} done, the last after {duration_long(xs[-1])}",
                 color=TIER_COLOURS.get(tier),
             )
         if predicted:
-            ax.axvline(predicted / unit, ls="--", color="#555", lw=1, label="predicted finish")
+            ax.axvline(
+                predicted / unit,
+                ls="--",
+                color="#555",
+                lw=1.5,
+                zorder=3,
+                label=f"predicted finish: {duration_long(predicted)}",
+            )
         if show_window:
             ax.axvline(window_end / unit, ls=":", color="#b00", lw=1.5, label="window ends")
         else:
@@ -100,5 +114,5 @@ def batch_chart(batch: Batch) -> str | None:
         ax.set_xlim(left=0, right=span * 1.05 / unit)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper left")
     return out[0]

@@ -109,9 +109,7 @@ def _batches_at_risk(at: dt.datetime) -> list[BatchAtRisk]:
         status__in=(Batch.Status.VALIDATING, Batch.Status.IN_PROGRESS)
     ).select_related("account")
     risky = active.filter(
-        Q(predicted_finish_at__gt=F("expires_at"))
-        | Q(plan__feasible=False)
-        | Q(expires_at__lte=at)
+        Q(predicted_finish_at__gt=F("expires_at")) | Q(plan__feasible=False) | Q(expires_at__lte=at)
     ).order_by("expires_at")[:20]
     out = []
     for b in risky:
