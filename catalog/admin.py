@@ -450,9 +450,13 @@ class ModelFamilyAdmin(admin.ModelAdmin):
 
 @admin.register(Deployment)
 class DeploymentAdmin(admin.ModelAdmin):
-    list_display = ["model", "tier", "pool", "available_from"]
+    list_display = ["model", "tier", "pool_slug", "available_from"]
     list_filter = ["tier", "pool"]
     list_select_related = ["model", "tier", "pool"]
+
+    @admin.display(description="pool", ordering="pool__slug")
+    def pool_slug(self, obj: Deployment):
+        return format_html('<span title="{}">{}</span>', obj.pool.name, obj.pool.slug)
 
 
 @admin.register(Price)

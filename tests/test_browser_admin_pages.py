@@ -7,6 +7,7 @@ import datetime as dt
 from io import StringIO
 
 import pytest
+from django.contrib import admin
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -132,3 +133,9 @@ def test_admin_pages_fit_and_inform(live_server, django_user_model, demo, browse
     completed = page.locator(".field-completed_at .readonly").inner_text()
     assert completed == f"{demo.completed_at:%Y-%m-%d %H:%M:%S}", completed
     assert ".000000" not in page.inner_text("#content")
+
+    # Every other list page of the catalog and of routing fits as well.
+    for model in admin.site._registry:
+        if model._meta.app_label in ("catalog", "routing"):
+            opts = model._meta
+            visit(page, f"{base}/admin/{opts.app_label}/{opts.model_name}/", f"list-{opts.label}")

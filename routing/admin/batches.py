@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from routing.admin.base import ReadOnlyAdmin
+from routing.admin.base import ReadOnlyAdmin, stacked, when
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.errors import BatchError
 from routing.batches.progress import batch_chart, batch_progress
@@ -463,12 +463,9 @@ class BatchRequestAdmin(ReadOnlyAdmin):
         "batch_link",
         "line",
         "status",
-        "model",
-        "tier",
-        "started_at",
-        "finished_at",
-        "cost",
-        "rerouted_from",
+        "model_tier",
+        "run_times",
+        "cost_text",
     ]
     list_filter = [BatchRequestBatchFilter, "status"]
     search_fields = ["=custom_id"]
@@ -479,6 +476,21 @@ class BatchRequestAdmin(ReadOnlyAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in BatchRequest._meta.fields]
+
+    @admin.display(description="model / tier", ordering="model__slug")
+    def model_tier(self, obj: BatchRequest):
+        model = obj.model.slug if obj.model_id else "-"
+        tier = obj.tier.slug if obj.tier_id else "-"
+        moved = f" (moved from {obj.rerouted_from})" if obj.rerouted_from else ""
+        return stacked(model, f"{tier}{moved}")
+
+    @admin.display(description="started / finished", ordering="started_at")
+    def run_times(self, obj: BatchRequest):
+        return stacked(when(obj.started_at), when(obj.finished_at))
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_text(self, obj: BatchRequest):
+        return credits_text(obj.cost)
 
     @admin.display(description="batch", ordering="batch_id")
     def batch_link(self, obj: BatchRequest):
