@@ -1,17 +1,15 @@
 """The admin home's "Needs attention" box: each line of routing.retirement.attention
 with a link to the page that acts on it (the template tag `{% attention_lines %}` in
-routing/templatetags/routing_admin.py; the home page template sets it above the apps)."""
+routing/templatetags/routing_admin.py; admin/routing/index.html, the admin's home page
+template, shows them above the apps)."""
 
 from __future__ import annotations
 
-from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
 from routing.core.formats import percent_text
 from routing.retirement.attention import attention
-
-admin.site.index_template = "admin/routing/index.html"
 
 
 def attention_lines() -> list:
