@@ -39,6 +39,38 @@ STATUS_COLOURS = {
 }
 
 
+def impact_url(model: ModelVersion) -> str | None:
+    """The model's retirement impact page: it lives with the usage data (routing) and is
+    found by URL name only (catalog never imports routing)."""
+    try:
+        return reverse("admin:routing_retirement_impact", args=[model.slug])
+    except NoReverseMatch:
+        return None
+
+
+def status_sentence(model: ModelVersion) -> str:
+    """'retired since 2026-09-18, successor gpt-5.6-sol on ultrafast' and the like."""
+    status = lifecycle.model_status(model)
+    today = lifecycle.utc_today()
+    parts = []
+    if status == lifecycle.RETIRED:
+        parts.append(f"retired since {model.retires_on:%Y-%m-%d}")
+    elif model.retires_on:
+        days = (model.retires_on - today).days
+        announced = model.retirement_announced_on
+        parts.append(f"retires on {model.retires_on:%Y-%m-%d} (in {days} days)")
+        if announced and announced > today:
+            parts.append(f"to be announced on {announced:%Y-%m-%d}")
+    elif status == lifecycle.UPCOMING:
+        parts.append(f"released on {model.released_on:%Y-%m-%d}")
+    elif status == lifecycle.PREVIEW and model.generally_available_on:
+        parts.append(f"generally available from {model.generally_available_on:%Y-%m-%d}")
+    if model.successor_id:
+        tier = f" on {model.successor_tier.slug}" if model.successor_tier_id else ""
+        parts.append(f"successor {model.successor.slug}{tier}")
+    return ", ".join(parts)
+
+
 def actor_for(request) -> str:
     return f"admin:{request.user.get_username()}"
 
@@ -82,14 +114,57 @@ class PublishedSpeedInline(admin.TabularInline):
     extra = 0
 
 
+HISTORY_WORDS = {
+    "released_on": "release",
+    "generally_available_on": "general availability",
+    "retirement_announced_on": "retirement announcement",
+    "retires_on": "retirement",
+    "successor": "successor",
+    "successor_tier": "successor's tier",
+    "in_flight_on_retirement": "jobs in flight on retirement",
+}
+DATE_FIELDS = {"released_on", "generally_available_on", "retirement_announced_on", "retires_on"}
+
+
+def history_event(change: LifecycleChange) -> str:
+    """A history row in words: 'retirement set for 2026-09-18', 'successor gpt-5.6-sol
+    replaced by gpt-5.6-terra', 'retirement cancelled (was 2026-09-18)'."""
+    what = HISTORY_WORDS.get(change.field, change.field.replace("_", " "))
+    old, new = change.old_value, change.new_value
+    verb = "on" if change.field in DATE_FIELDS else ":"
+    if not new:
+        return f"{what} cleared (was {old})"
+    if not old:
+        return f"{what} {verb} {new}" if verb == "on" else f"{what}: {new}"
+    return f"{what} moved from {old} to {new}" if verb == "on" else f"{what}: {old} → {new}"
+
+
 class LifecycleChangeInline(admin.TabularInline):
+    """The history, readable: what changed (with the date the event is set for) and
+    when, by whom and why it was recorded."""
+
     model = LifecycleChange
     fk_name = "model"
     extra = 0
     can_delete = False
-    fields = ["changed_at", "field", "old_value", "new_value", "actor", "reason"]
+    fields = ["event", "event_date", "recorded", "actor", "reason"]
     readonly_fields = fields
     verbose_name_plural = "lifecycle history"
+
+    @admin.display(description="change")
+    def event(self, obj: LifecycleChange) -> str:
+        return history_event(obj)
+
+    @admin.display(description="event date")
+    def event_date(self, obj: LifecycleChange) -> str:
+        """The day the event happens (a date field's new value); '-' for the others."""
+        return obj.new_value if obj.field in DATE_FIELDS and obj.new_value else "-"
+
+    @admin.display(description="recorded")
+    def recorded(self, obj: LifecycleChange):
+        return format_html(
+            '<span class="nowrap">{}</span>', obj.changed_at.strftime("%Y-%m-%d %H:%M:%S")
+        )
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -101,16 +176,14 @@ class LifecycleChangeInline(admin.TabularInline):
 @admin.register(ModelVersion)
 class ModelVersionAdmin(admin.ModelAdmin):
     form = ModelVersionAdminForm
+    # Fits 1,366 px next to the filters: name, family and vendor are on the change page
+    # (and in the filters); the successor column carries its tier.
     list_display = [
         "slug",
-        "name",
-        "family",
-        "vendor",
         "status_badge",
         "released_on",
         "retires_on",
-        "successor",
-        "successor_tier",
+        "successor_column",
         "impact_link",
     ]
     list_filter = [StatusFilter, "family", "vendor", "kind"]
@@ -126,8 +199,23 @@ class ModelVersionAdmin(admin.ModelAdmin):
         PublishedSpeedInline,
         LifecycleChangeInline,
     ]
+    readonly_fields = ["lifecycle_status", "impact_page"]
     fieldsets = [
-        (None, {"fields": ["slug", "name", "vendor", "family", "kind", "notes"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "lifecycle_status",
+                    "impact_page",
+                    "slug",
+                    "name",
+                    "vendor",
+                    "family",
+                    "kind",
+                    "notes",
+                ]
+            },
+        ),
         (
             "Lifecycle (UTC days; every change is kept in the history below)",
             {
@@ -143,8 +231,9 @@ class ModelVersionAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Capabilities and architecture",
+            "Capabilities and architecture (for the simulation engine)",
             {
+                "classes": ["collapse"],
                 "fields": [
                     "context_window",
                     "input_modalities",
@@ -157,7 +246,7 @@ class ModelVersionAdmin(admin.ModelAdmin):
                     "kv_bytes_per_token",
                     "architecture_is_estimate",
                     "estimated_fields",
-                ]
+                ],
             },
         ),
     ]
@@ -172,14 +261,42 @@ class ModelVersionAdmin(admin.ModelAdmin):
             status,
         )
 
+    @admin.display(description="successor", ordering="successor__slug")
+    def successor_column(self, obj: ModelVersion):
+        if obj.successor is None:
+            return "-"
+        if obj.successor_tier is None:
+            return obj.successor.slug
+        return format_html(
+            '{}<br><span class="quiet">on {}</span>', obj.successor.slug, obj.successor_tier.slug
+        )
+
     @admin.display(description="impact")
     def impact_link(self, obj: ModelVersion):
-        # The impact view lives with the usage data (routing); found by URL name only.
-        try:
-            url = reverse("admin:routing_retirement_impact", args=[obj.slug])
-        except NoReverseMatch:
+        url = impact_url(obj)
+        return format_html('<a href="{}">impact</a>', url) if url else "-"
+
+    @admin.display(description="status")
+    def lifecycle_status(self, obj: ModelVersion | None):
+        """The derived status in words, with the dates it follows from."""
+        if obj is None or obj.pk is None:
             return "-"
-        return format_html('<a href="{}">impact</a>', url)
+        return format_html(
+            '{} <span id="lifecycle-status-text">{}</span>',
+            self.status_badge(obj),
+            status_sentence(obj),
+        )
+
+    @admin.display(description="retirement impact")
+    def impact_page(self, obj: ModelVersion | None):
+        url = impact_url(obj) if obj is not None and obj.pk else None
+        if url is None:
+            return "-"
+        return format_html(
+            '<a id="impact-link" href="{}">Who uses it and what retiring it does</a> '
+            "(accounts, migration replayed on the successor, capacity, notices, batches)",
+            url,
+        )
 
     def save_model(self, request, obj, form, change):
         # Lifecycle fields go through the service so the history records them.
@@ -291,10 +408,14 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
 @admin.register(LifecycleChange)
 class LifecycleChangeAdmin(admin.ModelAdmin):
-    list_display = ["changed_at", "model", "field", "old_value", "new_value", "actor", "reason"]
+    list_display = ["changed_at", "model", "event", "actor", "reason"]
     list_filter = ["field", "actor"]
     search_fields = ["model__slug", "actor", "reason"]
     date_hierarchy = "changed_at"
+
+    @admin.display(description="change")
+    def event(self, obj: LifecycleChange) -> str:
+        return history_event(obj)
 
     def has_add_permission(self, request):
         return False
@@ -329,9 +450,13 @@ class ModelFamilyAdmin(admin.ModelAdmin):
 
 @admin.register(Deployment)
 class DeploymentAdmin(admin.ModelAdmin):
-    list_display = ["model", "tier", "pool", "available_from"]
+    list_display = ["model", "tier", "pool_slug", "available_from"]
     list_filter = ["tier", "pool"]
     list_select_related = ["model", "tier", "pool"]
+
+    @admin.display(description="pool", ordering="pool__slug")
+    def pool_slug(self, obj: Deployment):
+        return format_html('<span title="{}">{}</span>', obj.pool.name, obj.pool.slug)
 
 
 @admin.register(Price)

@@ -92,7 +92,7 @@ WSGI_APPLICATION = "deploy.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "deploy" / "templates"],  # the admin's base_site
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -160,6 +160,8 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# Dates as 2026-12-03 and times to the second in the admin (deploy/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["deploy.formats"]
 USE_I18N = True
 USE_TZ = True
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import admin
+from django.utils.html import format_html
+
+from routing.core.formats import moment
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -17,3 +22,45 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# List columns that keep a change list within 1,366 px (next to the filters): ids cut to
+# 8 characters (the whole id in the tooltip and on the change page), two facts stacked
+# in one column, credits to 2 decimals, times to the second.
+
+
+def short_id(value, keep: int = 8) -> str:
+    """The first `keep` characters of an id (after a 'file-'-style prefix)."""
+    text = str(value)
+    prefix = text[: text.index("-") + 1] if text.startswith("file-") else ""
+    return format_html('<span title="{}">{}</span>', text, text[: len(prefix) + keep])
+
+
+_UUID = re.compile(r"([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def short_text(text: str, keep: int = 32) -> str:
+    """Ids inside a text cut to 8 characters ('job:5d6e2a9f'), a long text cut with an
+    ellipsis; the whole text in the tooltip."""
+    short = _UUID.sub(r"\1", text or "")
+    if len(short) > keep:
+        short = short[: keep - 1] + "…"
+    return format_html('<span title="{}">{}</span>', text, short or "-")
+
+
+def stacked(top, below) -> str:
+    """Two facts in one column: the main one, and a quieter one under it."""
+    return format_html('{}<br><span class="quiet">{}</span>', top, below)
+
+
+def when(value) -> str:
+    """A time to the second (UTC), the date and the time each kept whole ('-' when empty)."""
+    if value is None:
+        return "-"
+    day, time = moment(value).removesuffix(" UTC").split(" ")
+    return format_html('<span class="nowrap">{}</span> <span class="nowrap">{}</span>', day, time)
+
+
+def package_column(package) -> str:
+    """A quota package as account over package name."""
+    return stacked(package.account.name, package.name)

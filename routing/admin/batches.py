@@ -15,11 +15,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from routing.admin.base import ReadOnlyAdmin
+from routing.admin.base import ReadOnlyAdmin, stacked, when
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.errors import BatchError
 from routing.batches.progress import batch_chart, batch_progress
-from routing.core.formats import duration_text
+from routing.core.formats import credits_text, duration_long, moment
 from routing.models import Batch, BatchRequest, File
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,12 @@ def _progress_bar(total: int, done: int, failed: int):
 
 
 def _seconds(value) -> str:
-    return "-" if value is None else duration_text(float(value))
+    return "-" if value is None else duration_long(float(value))
+
+
+def _streams(n) -> str:
+    n = int(n or 0)
+    return f"{n:,} stream" + ("" if n == 1 else "s")
 
 
 def _plan_lanes(batch: Batch) -> list[dict]:
@@ -69,17 +74,15 @@ class BatchAdmin(ReadOnlyAdmin):
     services. The change page stays read-only: saving the whole row could overwrite what
     a running chain link just wrote."""
 
+    # Fits 1,366 px next to the filters: short ids (the full one is on the batch page),
+    # cost charged over predicted, the predicted finish over the window's end.
     list_display = [
-        "id",
+        "short_id",
         "account",
-        "status",
-        "progress",
+        "status_progress",
         "plan_tiers",
-        "predicted_finish_at",
-        "predicted_cost",
-        "cost",
-        "expires_at",
-        "created_at",
+        "cost_column",
+        "finish_column",
     ]
     list_filter = ["status", "account"]
     search_fields = ["id", "metadata"]
@@ -114,8 +117,8 @@ class BatchAdmin(ReadOnlyAdmin):
                     "run_chart",
                     "plan_summary",
                     "predicted_finish_at",
-                    "predicted_cost",
-                    "cost",
+                    "predicted_cost_text",
+                    "cost_text",
                 ]
             },
         ),
@@ -146,6 +149,8 @@ class BatchAdmin(ReadOnlyAdmin):
                 "classes": ["collapse"],
                 "fields": [
                     "window_seconds",
+                    "predicted_cost",
+                    "cost",
                     "total",
                     "completed",
                     "failed",
@@ -166,6 +171,8 @@ class BatchAdmin(ReadOnlyAdmin):
         "run_chart",
         "plan_summary",
         "error_table",
+        "predicted_cost_text",
+        "cost_text",
     ]
 
     def get_readonly_fields(self, request, obj=None):
@@ -187,6 +194,22 @@ class BatchAdmin(ReadOnlyAdmin):
             _progress_bar(obj.total, obj.completed, obj.failed),
         )
 
+    @admin.display(description="status", ordering="status")
+    def status_progress(self, obj: Batch):
+        failed = format_html(', <span style="color:#ba2121">{} failed</span>', f"{obj.failed:,}")
+        return format_html(
+            '{}<br><span class="quiet nowrap">{} / {} done{}</span>{}',
+            obj.get_status_display(),
+            f"{obj.completed:,}",
+            f"{obj.total:,}",
+            failed if obj.failed else "",
+            _progress_bar(obj.total, obj.completed, obj.failed),
+        )
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj: Batch):
+        return format_html('<span title="{}">{}</span>', obj.pk, str(obj.pk)[:8])
+
     @admin.display(description="plan")
     def plan_tiers(self, obj: Batch):
         lanes = _plan_lanes(obj)
@@ -194,8 +217,26 @@ class BatchAdmin(ReadOnlyAdmin):
             return "-"
         return format_html_join(
             mark_safe("<br>"),
-            "{} x {} streams",
-            ((x.get("key", "?"), f"{int(x.get('streams') or 0):,}") for x in lanes),
+            '{} <span class="quiet">({})</span>',
+            ((x.get("key", "?"), _streams(x.get("streams"))) for x in lanes),
+        )
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_column(self, obj: Batch):
+        return format_html(
+            '{}<br><span class="quiet">predicted {}</span>',
+            credits_text(obj.cost),
+            credits_text(obj.predicted_cost),
+        )
+
+    @admin.display(description="finish / window end", ordering="expires_at")
+    def finish_column(self, obj: Batch):
+        """When it ended (or is predicted to), over when its window ends (UTC)."""
+        done = obj.completed_at or obj.failed_at or obj.expired_at or obj.cancelled_at
+        return format_html(
+            '<span class="nowrap">{}</span><br><span class="quiet nowrap">{}</span>',
+            moment(done or obj.predicted_finish_at).removesuffix(" UTC"),
+            moment(obj.expires_at).removesuffix(" UTC"),
         )
 
     # Detail fields ----------------------------------------------------------------------
@@ -212,6 +253,14 @@ class BatchAdmin(ReadOnlyAdmin):
             f"{p['queued']:,}",
             _progress_bar(p["total"], p["completed"], p["failed"]),
         )
+
+    @admin.display(description="predicted cost")
+    def predicted_cost_text(self, obj: Batch):
+        return f"{credits_text(obj.predicted_cost)} credits"
+
+    @admin.display(description="cost")
+    def cost_text(self, obj: Batch):
+        return f"{credits_text(obj.cost)} credits charged so far"
 
     @admin.display(description="retries")
     def retries_list(self, obj: Batch):
@@ -267,7 +316,7 @@ class BatchAdmin(ReadOnlyAdmin):
                     x.get("pool", "?"),
                     f"{int(x.get('streams') or 0):,}",
                     f"{int(x.get('requests') or 0):,}",
-                    x.get("cost", "-"),
+                    credits_text(x["cost"]) if x.get("cost") is not None else "-",
                     _seconds(x.get("makespan_seconds")),
                 )
                 for x in lanes
@@ -292,7 +341,7 @@ class BatchAdmin(ReadOnlyAdmin):
             _seconds(plan.get("makespan_seconds")),
             _seconds(plan.get("fastest_makespan_seconds")),
             _seconds(plan.get("window_seconds")),
-            plan.get("cost", "-"),
+            credits_text(plan["cost"]) if plan.get("cost") is not None else "-",
             len(plan.get("replans") or []),
             format_html("<br>{}", "; ".join(map(str, plan["notes"]))) if plan.get("notes") else "",
         )
@@ -414,12 +463,9 @@ class BatchRequestAdmin(ReadOnlyAdmin):
         "batch_link",
         "line",
         "status",
-        "model",
-        "tier",
-        "started_at",
-        "finished_at",
-        "cost",
-        "rerouted_from",
+        "model_tier",
+        "run_times",
+        "cost_text",
     ]
     list_filter = [BatchRequestBatchFilter, "status"]
     search_fields = ["=custom_id"]
@@ -430,6 +476,21 @@ class BatchRequestAdmin(ReadOnlyAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in BatchRequest._meta.fields]
+
+    @admin.display(description="model / tier", ordering="model__slug")
+    def model_tier(self, obj: BatchRequest):
+        model = obj.model.slug if obj.model_id else "-"
+        tier = obj.tier.slug if obj.tier_id else "-"
+        moved = f" (moved from {obj.rerouted_from})" if obj.rerouted_from else ""
+        return stacked(model, f"{tier}{moved}")
+
+    @admin.display(description="started / finished", ordering="started_at")
+    def run_times(self, obj: BatchRequest):
+        return stacked(when(obj.started_at), when(obj.finished_at))
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_text(self, obj: BatchRequest):
+        return credits_text(obj.cost)
 
     @admin.display(description="batch", ordering="batch_id")
     def batch_link(self, obj: BatchRequest):

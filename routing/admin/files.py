@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from routing.admin.base import ReadOnlyAdmin
+from routing.admin.base import ReadOnlyAdmin, short_id, short_text, stacked, when
 from routing.models import File
 
 
@@ -18,11 +18,28 @@ from routing.models import File
 class FileAdmin(ReadOnlyAdmin):
     """Batch inputs and the output/error files of batches (read-only; download here)."""
 
-    list_display = ["id", "account", "purpose", "filename", "bytes", "lines", "created_at"]
+    list_display = ["file_id", "account", "purpose", "name", "size", "created"]
     list_filter = ["purpose"]
     search_fields = ["id", "filename", "account__name"]
     list_select_related = ["account"]
     date_hierarchy = "created_at"
+
+    @admin.display(description="id", ordering="id")
+    def file_id(self, obj: File):
+        return short_id(obj.pk)
+
+    @admin.display(description="filename", ordering="filename")
+    def name(self, obj: File):
+        return short_text(obj.filename, keep=28)
+
+    @admin.display(description="size", ordering="bytes")
+    def size(self, obj: File):
+        return stacked(f"{obj.lines:,} lines", f"{obj.bytes:,} bytes")
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: File):
+        return when(obj.created_at)
+
     fields = [
         "id",
         "account",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from routing.admin.base import ReadOnlyAdmin
+from routing.admin.base import ReadOnlyAdmin, short_id, stacked, when
+from routing.core.formats import credits_text
 from routing.jobs.cancel import job_cancel
 from routing.jobs.errors import JobNotCancellable
 from routing.models import Job, PoolLoad
@@ -21,16 +22,12 @@ class JobAdmin(ReadOnlyAdmin):
     """Jobs are written only by the API and the workers; the admin watches them."""
 
     list_display = [
-        "id",
+        "job_id",
         "account",
         "status",
-        "model",
-        "tier",
-        "pool",
-        "predicted_cost",
-        "cost",
-        "created_at",
-        "finishes_at",
+        "model_tier",
+        "cost_column",
+        "times",
     ]
     list_filter = ["status", "tier", "pool", "model"]
     search_fields = ["id", "account__name", "idempotency_key"]
@@ -40,6 +37,24 @@ class JobAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request, obj=None):
         return request.user.is_staff  # for the cancel action; fields stay read-only
+
+    @admin.display(description="id", ordering="id")
+    def job_id(self, obj: Job):
+        return short_id(obj.pk)
+
+    @admin.display(description="model / tier (pool)", ordering="model__slug")
+    def model_tier(self, obj: Job):
+        tier = obj.tier.slug if obj.tier_id else "-"
+        pool = obj.pool.slug if obj.pool_id else "-"
+        return stacked(obj.model.slug if obj.model_id else "-", f"{tier} ({pool})")
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_column(self, obj: Job):
+        return stacked(credits_text(obj.cost), f"predicted {credits_text(obj.predicted_cost)}")
+
+    @admin.display(description="created / finishes", ordering="created_at")
+    def times(self, obj: Job):
+        return stacked(when(obj.created_at), when(obj.finishes_at))
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Job._meta.fields]

@@ -4,16 +4,28 @@ name, admin:routing_retirement_impact)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 
 from catalog import lifecycle
+from catalog.admin import status_sentence
 from catalog.models import ModelVersion, Tier
-from routing.admin.base import ReadOnlyAdmin
+from routing.admin.base import ReadOnlyAdmin, stacked, when
+from routing.core.formats import moment
 from routing.models import Notice, RetirementApplication
 from routing.retirement.impact import impact_chart, retirement_impact
 from routing.retirement.notices import notices_resend
+
+
+def _status_text(model: ModelVersion) -> str:
+    """'retired since 2026-09-18, successor ...', 'deprecated: retires on ...'."""
+    status, sentence = lifecycle.model_status(model), status_sentence(model)
+    if status == lifecycle.RETIRED or not sentence:
+        return sentence or status
+    return f"{status}: {sentence}"
 
 
 @admin.register(RetirementApplication)
@@ -32,7 +44,13 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
 
     def impact_view(self, request, slug: str):
         """Retirement impact of a model: users, migration replay, capacity, chart."""
-        context = {**self.admin_site.each_context(request), "title": "Retirement impact"}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Retirement impact",
+            # The sidebar highlights the entry whose URL the path starts with: this page
+            # belongs to Model versions, not to where its URL happens to live.
+            "nav_request": SimpleNamespace(path=reverse("admin:catalog_modelversion_changelist")),
+        }
         model = ModelVersion.objects.filter(slug=slug).first()
         if model is None:
             self.message_user(request, f"No model {slug!r}.", level=messages.ERROR)
@@ -49,6 +67,7 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
             "models": ModelVersion.objects.order_by("slug"),
             "tiers": Tier.objects.all(),
             "status": lifecycle.model_status(model),
+            "status_text": _status_text(model),
         }
         return TemplateResponse(request, "admin/routing/impact.html", context)
 
@@ -57,23 +76,34 @@ class RetirementApplicationAdmin(ReadOnlyAdmin):
 class NoticeAdmin(ReadOnlyAdmin):
     """Who was told what, and whether their webhook got it."""
 
-    list_display = [
-        "created_at",
-        "account",
-        "model",
-        "retires_on",
-        "successor",
-        "delivery",
-        "attempts",
-        "last_attempt_at",
-        "last_error",
-    ]
+    list_display = ["created", "account", "model_retiring", "delivery_column", "error"]
+    list_select_related = ["account", "model", "successor"]
     list_filter = ["delivery", "model"]
     search_fields = ["account__name", "model__slug"]
     actions = ["retry_delivery"]
 
     def has_change_permission(self, request, obj=None):
         return request.user.is_staff  # for the action; fields stay read-only
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Notice):
+        return when(obj.created_at)
+
+    @admin.display(description="model / retires on", ordering="model__slug")
+    def model_retiring(self, obj: Notice):
+        successor = f", successor {obj.successor.slug}" if obj.successor_id else ""
+        return stacked(obj.model.slug, f"{obj.retires_on:%Y-%m-%d}{successor}")
+
+    @admin.display(description="delivery", ordering="delivery")
+    def delivery_column(self, obj: Notice):
+        tries = f"{obj.attempts} attempt(s)" if obj.attempts else "not tried"
+        last = f", last {moment(obj.last_attempt_at)}" if obj.last_attempt_at else ""
+        return stacked(obj.get_delivery_display(), tries + last)
+
+    @admin.display(description="last error")
+    def error(self, obj: Notice):
+        text = obj.last_error or "-"
+        return text if len(text) <= 80 else text[:79] + "…"
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Notice._meta.fields]

@@ -21,3 +21,71 @@ def duration_text(seconds: float) -> str:
     if seconds < 7200:
         return f"{num(seconds / 60)} min"
     return f"{num(seconds / 3600)} h"
+
+
+# --- For people (admin pages, charts): one place for how a number reads -----------------
+
+
+def thousands(value: float | int | None, decimals: int = 0) -> str:
+    """337786 -> '337,786'; with `decimals`, '1,234.5'. None reads '-'."""
+    if value is None:
+        return "-"
+    return f"{float(value):,.{decimals}f}" if decimals else f"{round(float(value)):,}"
+
+
+def credits_text(value) -> str:
+    """Credits to 2 decimals with thousands separators: '1,234.50'. None reads '-'."""
+    return "-" if value is None else f"{float(value):,.2f}"
+
+
+def change_text(ratio: float | None) -> str:
+    """A change as a ratio after/before: '+3 %', '-12 %', '0 %'; from twice as much on,
+    a multiple ('2.5x', '17x'), since '+1613 %' reads badly. None (nothing before) is '-'."""
+    if ratio is None:
+        return "-"
+    if ratio >= 10:
+        return f"{ratio:,.0f}x"
+    if ratio >= 2:
+        return f"{ratio:.1f}".rstrip("0").rstrip(".") + "x"
+    pct = round((ratio - 1) * 100)
+    return f"{pct:+d} %" if pct else "0 %"
+
+
+def duration_long(seconds: float | None) -> str:
+    """Durations for people, to the second: '0.8 s', '44 s', '7 min 44 s', '2 h 5 min',
+    '3 d 4 h'. None reads '-'."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if s < 10:
+        return f"{s:.1f}".rstrip("0").rstrip(".") + " s"
+    total = round(s)
+    if total < 60:
+        return f"{total} s"
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+
+
+def percent_text(pct: float | None) -> str:
+    """A percentage (already in percent): '85 %', '4.2 %', '< 0.1 %' for a trace, '0 %'."""
+    if pct is None:
+        return "-"
+    p = float(pct)
+    if p == 0:
+        return "0 %"
+    if abs(p) < 0.1:
+        return "< 0.1 %"
+    return (f"{p:.0f}" if abs(p) >= 10 else f"{p:.1f}") + " %"
+
+
+def moment(value: dt.datetime | None) -> str:
+    """A time for people, in UTC to the second: '2026-12-03 12:53:04 UTC'."""
+    if value is None:
+        return "-"
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -44,6 +44,19 @@ class AccountImpact:
     def cost_change(self) -> float:
         return float(self.cost_after / self.cost_before - 1) if self.cost_before else 0.0
 
+    @property
+    def latency_ratio(self) -> float | None:
+        """after / before (None when there is no before or nothing was replayed)."""
+        if not (self.latency_before and self.latency_after):
+            return None
+        return self.latency_after / self.latency_before
+
+    @property
+    def cost_ratio(self) -> float | None:
+        if not (self.cost_before and self.cost_after):
+            return None
+        return float(self.cost_after / self.cost_before)
+
 
 @dataclass
 class Impact:
@@ -287,7 +300,7 @@ def impact_chart(impact: Impact) -> str:
     h = 0.38
     succ = impact.successor.slug if impact.successor else "successor"
     out: list[str] = []
-    size = (12, 1.4 + 0.35 * max(1, len(rows)))
+    size = (9.6, 1.4 + 0.35 * max(1, len(rows)))  # 960 px: the content column
     with png_figure(out, ncols=2, figsize=size, sharey=True) as (_fig, (ax1, ax2)):
         for ax, before, after, title in (
             (

@@ -26,7 +26,7 @@ def test_changelist_shows_status_retirement_and_successor(admin_client, builtin_
     r = admin_client.get(CHANGELIST)
     assert r.status_code == 200
     html = r.content.decode()
-    assert 'data-status="retired"' in html and "gpt-5.6-sol" in html and "Sept. 18, 2026" in html
+    assert 'data-status="retired"' in html and "gpt-5.6-sol" in html and "2026-09-18" in html
 
 
 @pytest.mark.parametrize(
@@ -170,8 +170,8 @@ def test_change_form_refuses_retirement_before_release(admin_client, builtin_cat
     data.update(
         {
             "family": luna.family_id,
-            "input_modalities": '["text", "image"]',
-            "estimated_fields": "[]",
+            "input_modalities": ["text", "image"],
+            "estimated_fields": [],
             "retires_on": "2026-01-01",
             "retirement_announced_on": "2025-12-01",
         }
@@ -193,8 +193,8 @@ def test_change_form_lifecycle_edit_goes_to_the_history(admin_client, builtin_ca
     data.update(
         {
             "family": luna.family_id,
-            "input_modalities": '["text", "image"]',
-            "estimated_fields": '["released_on"]',
+            "input_modalities": ["text", "image"],  # ticked boxes, not JSON text
+            "estimated_fields": ["released_on", "layers"],
             "retires_on": "2027-12-01",
         }
     )
@@ -208,6 +208,8 @@ def test_change_form_lifecycle_edit_goes_to_the_history(admin_client, builtin_ca
     )
     luna.refresh_from_db()
     assert luna.retires_on == dt.date(2027, 12, 1)
+    assert luna.input_modalities == ["text", "image"]
+    assert luna.estimated_fields == ["released_on", "layers"]
     assert LifecycleChange.objects.filter(
         model=luna, field="retires_on", actor="admin:admin"
     ).exists()

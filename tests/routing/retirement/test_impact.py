@@ -1,5 +1,6 @@
 """The retirement impact view: Spark's users after a few weeks of replayed traffic."""
 
+import re
 from io import StringIO
 
 import pytest
@@ -82,6 +83,12 @@ def test_the_admin_impact_page_shows_table_chart_capacity_and_packages(admin_cli
         'id="impact-notices">6 no webhook',
     ):
         assert marker in html
+    # Numbers for people: Sol Ultrafast costs ~17 times Spark, written "17x", not "1613 %";
+    # credits to 2 decimals; the sidebar highlights Model versions, where the page belongs.
+    assert re.search(r'class="cost-change">1[5-9]x<', html), html
+    assert "200.00<" in html and "200.000000" not in html
+    assert re.search(r'current-model">\s*<th[^>]*>\s*<a href="/admin/catalog/modelversion/"', html)
+    assert html.count("current-model") == 1
     page = admin_client.get("/admin/catalog/modelversion/").content.decode()
     assert "/admin/routing/retirementapplication/impact/gpt-5.3-codex-spark/" in page
 

@@ -1,0 +1,65 @@
+"""The admin home's "Needs attention" box: each line of routing.retirement.attention
+with a link to the page that acts on it (the template tag `{% attention_lines %}` in
+routing/templatetags/routing_admin.py; admin/routing/index.html, the admin's home page
+template, shows them above the apps)."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from django.utils.html import format_html
+
+from routing.core.formats import percent_text
+from routing.retirement.attention import attention
+
+
+def attention_lines() -> list:
+    """Safe HTML lines, most pressing kinds first."""
+    a = attention()
+    lines = []
+    for b in a.batches:
+        lines.append(
+            format_html(
+                'Batch <a href="{}">{}</a> of {} at risk: {}.',
+                reverse("admin:routing_batch_change", args=[b.batch.pk]),
+                str(b.batch.pk)[:8],
+                b.batch.account.name,
+                b.why,
+            )
+        )
+    for f in a.failed_notices:
+        lines.append(
+            format_html(
+                '<a href="{}">{} notice(s)</a> about {} could not be delivered: deliver them '
+                "again from the list.",
+                reverse("admin:routing_notice_changelist")
+                + f"?delivery__exact=failed&model__id__exact={f.model.pk}",
+                f.count,
+                f.model.slug,
+            )
+        )
+    for p in a.pools:
+        lines.append(
+            format_html(
+                'Pool <a href="{}">{}</a> is at {} of capacity: add nodes or move load.',
+                reverse("admin:catalog_hardwarepool_change", args=[p.pool.pk]),
+                p.pool.slug,
+                percent_text(100 * p.utilisation),
+            )
+        )
+    for r in a.retiring:
+        m = r.model
+        lines.append(
+            format_html(
+                '<a href="{}">{}</a> retires on {} (in {} days){}{}: <a href="{}">impact</a>.',
+                reverse("admin:catalog_modelversion_change", args=[m.pk]),
+                m.slug,
+                m.retires_on.strftime("%Y-%m-%d"),
+                r.days_left,
+                format_html(", successor {}", m.successor.slug) if m.successor_id else "",
+                format_html(", <strong>inside its {}-day notice period</strong>", r.notice_days)
+                if r.inside_notice
+                else "",
+                reverse("admin:routing_retirement_impact", args=[m.slug]),
+            )
+        )
+    return lines
