@@ -25,6 +25,7 @@ KINDS = {
         "routing.announce_notices",
         "routing.deliver_notice",
         "routing.expire_files",
+        "routing.reconcile_occupancy",
     },
 }
 
