@@ -5,14 +5,53 @@ from __future__ import annotations
 import re
 
 from django.contrib import admin
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
 from django.utils.html import format_html
 
-from routing.core.formats import moment
+from routing.core.formats import credits_text, moment
+
+
+def _credits_display(name: str, label: str):
+    def show(obj):
+        return credits_text(getattr(obj, name))
+
+    show.short_description = label
+    show.__name__ = f"{name}_credits"
+    return show
+
+
+def readable_fields(model, names) -> list:
+    """`names` with each credit (decimal) field swapped for a read-only display of it to
+    2 decimals with thousands separators ('1,234.50', not '1234.500000')."""
+    out = []
+    for name in names:
+        try:
+            field = model._meta.get_field(name) if isinstance(name, str) else None
+        except FieldDoesNotExist:
+            field = None
+        if isinstance(field, models.DecimalField):
+            out.append(_credits_display(name, str(field.verbose_name)))
+        else:
+            out.append(name)
+    return out
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows written only by the services: the admin watches them (its actions, where
-    any, call the services)."""
+    any, call the services). Credits read to 2 decimals on the change page."""
+
+    def get_fields(self, request, obj=None):
+        return readable_fields(self.model, super().get_fields(request, obj))
+
+    def get_readonly_fields(self, request, obj=None):
+        return readable_fields(self.model, super().get_readonly_fields(request, obj))
+
+    def get_fieldsets(self, request, obj=None):
+        return [
+            (title, {**options, "fields": readable_fields(self.model, options["fields"])})
+            for title, options in super().get_fieldsets(request, obj)
+        ]
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from routing.admin.base import ReadOnlyAdmin, stacked, when
+from routing.admin.base import ReadOnlyAdmin, readable_fields, stacked, when
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.errors import BatchError
 from routing.batches.progress import batch_chart, batch_progress
@@ -176,7 +176,7 @@ class BatchAdmin(ReadOnlyAdmin):
     ]
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Batch._meta.fields] + self.computed_fields
+        return readable_fields(Batch, [f.name for f in Batch._meta.fields] + self.computed_fields)
 
     def has_operate_permission(self, request):
         """Cancel and retry: whoever may change batches (superusers, or staff given
@@ -475,7 +475,7 @@ class BatchRequestAdmin(ReadOnlyAdmin):
     list_per_page = 100
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in BatchRequest._meta.fields]
+        return readable_fields(BatchRequest, [f.name for f in BatchRequest._meta.fields])
 
     @admin.display(description="model / tier", ordering="model__slug")
     def model_tier(self, obj: BatchRequest):

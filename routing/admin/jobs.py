@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from routing.admin.base import ReadOnlyAdmin, short_id, stacked, when
+from routing.admin.base import ReadOnlyAdmin, readable_fields, short_id, stacked, when
 from routing.core.formats import credits_text
 from routing.jobs.cancel import job_cancel
 from routing.jobs.errors import JobNotCancellable
@@ -57,7 +57,7 @@ class JobAdmin(ReadOnlyAdmin):
         return stacked(when(obj.created_at), when(obj.finishes_at))
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in Job._meta.fields]
+        return readable_fields(Job, [f.name for f in Job._meta.fields])
 
     @admin.action(description="Cancel selected jobs (release their quota)")
     def cancel_jobs(self, request, queryset):

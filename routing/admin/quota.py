@@ -9,7 +9,14 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from catalog.models import ModelVersion
-from routing.admin.base import ReadOnlyAdmin, package_column, short_text, stacked, when
+from routing.admin.base import (
+    ReadOnlyAdmin,
+    package_column,
+    readable_fields,
+    short_text,
+    stacked,
+    when,
+)
 from routing.core.formats import credits_text
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
 from routing.quota import first_period
@@ -59,7 +66,9 @@ class QuotaPackageAdmin(admin.ModelAdmin):
     list_filter = ["scope", "period", "independent", "on_retirement"]
     search_fields = ["account__name", "name"]
     filter_horizontal = ["model_versions", "tiers"]
-    readonly_fields = ["spent", "reserved", "period_start", "next_reset_at"]
+    readonly_fields = readable_fields(
+        QuotaPackage, ["spent", "reserved", "period_start", "next_reset_at"]
+    )
 
     @admin.display(description="on retirement", ordering="on_retirement")
     def retirement(self, obj: QuotaPackage):

@@ -96,3 +96,21 @@ def test_a_finished_batch_page_shows_its_run_to_the_second(admin_client, builtin
     assert "credits charged so far" in html and ".000000" not in html.split("Stored record")[0]
     listing = admin_client.get("/admin/routing/batch/").content.decode()
     assert str(batch.pk)[:8] in listing and "stream" in listing
+
+
+def test_change_pages_read_credits_to_two_decimals(admin_client, builtin_catalog):
+    account, _ = account_create(name="credits-test", default_credits=Decimal("5000"))
+    package = account.packages.get()
+    package.spent = Decimal("1234.567891")
+    package.save(update_fields=["spent"])
+    page = admin_client.get(f"/admin/routing/quotapackage/{package.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "1,234.57" in text and "1234.567891" not in text
+    batch = batch_make(account, jsonl(3), window="1h", at=timezone.now())
+    assert batch.predicted_cost is not None
+    page = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f"{float(batch.predicted_cost):,.2f}" in text
+    assert f'readonly">{batch.predicted_cost:.6f}<' not in text  # (the raw plan JSON may)
