@@ -1223,8 +1223,13 @@ def send_task(broker_url: str, task_name: str, args=(), kwargs=None, **options) 
     the test process's own Celery configuration; returns the task id."""
     from celery import Celery
 
+    from django.conf import settings
+
     app = Celery("realparts-client", broker=broker_url, set_as_current=False)
     app.conf.update(task_serializer="json", accept_content=["json"], task_ignore_result=True)
+    # On the queue the project routes it to (its workers consume those, not "celery").
+    route = settings.CELERY_TASK_ROUTES.get(task_name, {})
+    options.setdefault("queue", route.get("queue", settings.CELERY_TASK_DEFAULT_QUEUE))
     try:
         # An explicit connection: Celery lets a CELERY_BROKER_URL in the environment (CI
         # exports one for the test process) win over any configured broker URL.

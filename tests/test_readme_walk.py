@@ -40,6 +40,9 @@ SKIPPED = {
     "bash .ci/run": "CI itself",
     "export DATABASE_URL=": "production shape: PostgreSQL",
     "export CELERY_BROKER_URL=": "production shape: Redis",
+    "celery -A deploy worker -Q": "the production split: long-running workers per queue",
+    "celery -A deploy beat": "production: a long-running beat (make run starts one)",
+    'curl -s -H "Authorization: Bearer $METRICS_TOKEN" https://host/': "production host",
 }
 # The README block where PostgreSQL/Redis replace the quick start's parts: not walked.
 PRODUCTION_BLOCK_MARK = "export DATABASE_URL="
