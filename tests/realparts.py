@@ -1222,7 +1222,6 @@ def send_task(broker_url: str, task_name: str, args=(), kwargs=None, **options) 
     """Publish a task by name on `broker_url` (JSON, like the project) without touching
     the test process's own Celery configuration; returns the task id."""
     from celery import Celery
-
     from django.conf import settings
 
     app = Celery("realparts-client", broker=broker_url, set_as_current=False)
