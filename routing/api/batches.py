@@ -33,6 +33,23 @@ def own_batch(account, batch_id) -> Batch:
         ) from None
 
 
+def create_batch(request, account) -> Batch:
+    """A batch from the request's JSON body (the native and the OpenAI-compatible
+    create both)."""
+    ser = BatchCreateSerializer(data=request.data)
+    ser.is_valid(raise_exception=True)
+    d = ser.validated_data
+    with domain_problems(request):
+        return batch_create(
+            account=account,
+            input_file_id=d["input_file_id"],
+            endpoint=d["endpoint"],
+            completion_window=d["completion_window"],
+            start_at=d.get("start_at"),
+            metadata=d.get("metadata"),
+        )
+
+
 class BatchListView(ClientAPIView, generics.GenericAPIView):
     """Create a batch from an uploaded file (POST; it is validated and planned, then runs
     from its start inside its completion window) or list the account's batches."""
@@ -49,18 +66,7 @@ class BatchListView(ClientAPIView, generics.GenericAPIView):
         },
     )
     def post(self, request):
-        ser = BatchCreateSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        d = ser.validated_data
-        with domain_problems(request):
-            batch = batch_create(
-                account=self.account,
-                input_file_id=d["input_file_id"],
-                endpoint=d["endpoint"],
-                completion_window=d["completion_window"],
-                start_at=d.get("start_at"),
-                metadata=d.get("metadata"),
-            )
+        batch = create_batch(request, self.account)
         return Response(
             batch_json(batch),
             status=status.HTTP_202_ACCEPTED,

@@ -34,6 +34,22 @@ def own_file(account, file_id) -> File:
     return f
 
 
+def upload_file(request, account) -> File:
+    """The multipart upload (`file`, `purpose`) of a request as the account's File (the
+    native and the OpenAI-compatible upload both)."""
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise Problem(
+            status_code=400,
+            slug="invalid-file",
+            title="No file",
+            detail="Send the file as multipart field `file`.",
+            parameter="file",
+        )
+    with domain_problems(request):
+        return file_create(account=account, purpose=request.data.get("purpose", ""), upload=upload)
+
+
 class FileListView(ClientAPIView, generics.GenericAPIView):
     """Upload a batch input (multipart: `file`, `purpose=batch`) or list the account's
     files (inputs, and the output and error files of its batches)."""
@@ -53,19 +69,7 @@ class FileListView(ClientAPIView, generics.GenericAPIView):
         },
     )
     def post(self, request):
-        upload = request.FILES.get("file")
-        if upload is None:
-            raise Problem(
-                status_code=400,
-                slug="invalid-file",
-                title="No file",
-                detail="Send the file as multipart field `file`.",
-                parameter="file",
-            )
-        with domain_problems(request):
-            f = file_create(
-                account=self.account, purpose=request.data.get("purpose", ""), upload=upload
-            )
+        f = upload_file(request, self.account)
         return Response(
             file_json(f),
             status=status.HTTP_201_CREATED,

@@ -13,9 +13,7 @@ from routing.api import batches as native
 from routing.api.base import NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.parsers import BoundedJSONParser
-from routing.api.serializers import BatchCreateSerializer
 from routing.batches.cancel import batch_cancel
-from routing.batches.create import batch_create
 from routing.compat.base import CompatAPIView
 from routing.compat.shapes import batch_object
 from routing.models import Batch
@@ -26,18 +24,7 @@ class BatchListView(CompatAPIView, generics.GenericAPIView):
     pagination_class = NewestFirstPagination
 
     def post(self, request):
-        ser = BatchCreateSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        d = ser.validated_data
-        with domain_problems(request):
-            batch = batch_create(
-                account=self.account,
-                input_file_id=d["input_file_id"],
-                endpoint=d["endpoint"],
-                completion_window=d["completion_window"],
-                start_at=d.get("start_at"),
-                metadata=d.get("metadata"),
-            )
+        batch = native.create_batch(request, self.account)
         return Response(batch_object(native.own_batch(self.account, batch.pk)))
 
     def get(self, request):

@@ -9,11 +9,10 @@ from rest_framework import generics, status
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from deploy.problems import Problem
 from routing.api import files as native
 from routing.api.base import NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
-from routing.batches.files import file_create, file_delete
+from routing.batches.files import file_delete
 from routing.compat.base import CompatAPIView
 from routing.compat.shapes import file_deleted, file_object
 from routing.models import File
@@ -24,19 +23,7 @@ class FileListView(CompatAPIView, generics.GenericAPIView):
     pagination_class = NewestFirstPagination
 
     def post(self, request):
-        upload = request.FILES.get("file")
-        if upload is None:
-            raise Problem(
-                status_code=400,
-                slug="invalid-file",
-                title="No file",
-                detail="Send the file as multipart field `file`.",
-                parameter="file",
-            )
-        with domain_problems(request):
-            f = file_create(
-                account=self.account, purpose=request.data.get("purpose", ""), upload=upload
-            )
+        f = native.upload_file(request, self.account)
         return Response(file_object(f), status=status.HTTP_200_OK)
 
     def get(self, request):
