@@ -76,6 +76,10 @@ def quick_env(broker_url: str | None, extra: dict[str, str]) -> dict[str, str]:
         CELERY=str(BIN_DIR / "celery"),
         PYTHONUNBUFFERED="1",
         SIM_TIME_SCALE="200",
+        # One account offers all the load: the per-account rate limits (600 writes/min
+        # by default) would measure the throttle, not the stack.
+        API_THROTTLE_RATE="off",
+        API_TOKENS_PER_MINUTE="off",
     )
     if broker_url:
         env["CELERY_BROKER_URL"] = broker_url
