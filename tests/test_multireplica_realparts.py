@@ -6,15 +6,19 @@ Redis (broker and shared cache); clients spread their requests over both instanc
   the work, and no job is run or charged twice (ledger_check passes).
 - Rate limits hold across both instances: the requests (and tokens) accepted in a
   minute are the account's limit, not twice it.
-- A retirement made in another process is refused by both instances on their next
-  request, though both had just quoted the model from their catalog memo.
+- A retirement made through the first instance's admin ("Retire now") is refused by
+  both instances on their next request, though both had just quoted the model from
+  their catalog memo.
 """
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
+import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -216,6 +220,52 @@ def test_rate_limits_hold_across_both_instances(replicas):
     wait_jobs(r, key, accepted)
 
 
+def admin_retire_now(r, base: str, slug: str) -> None:
+    """Log in to `base`'s admin as a staff user and run the "Retire now" action on
+    `slug` (CSRF token and session cookie as a browser keeps them)."""
+    run_manage(
+        r["env"],
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User\n"
+        "User.objects.filter(username='ops').exists() or "
+        "User.objects.create_superuser('ops', 'ops@example.com', 'ops-pass-4821')",
+    )
+    pk = (
+        run_manage(
+            r["env"],
+            "shell",
+            "-c",
+            f"from catalog.models import ModelVersion; print(ModelVersion.objects.get(slug={slug!r}).pk)",
+        )
+        .strip()
+        .splitlines()[-1]
+    )
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+    )
+
+    def post(path: str, fields: dict) -> str:
+        page = opener.open(f"{base}{path}", timeout=30).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, **fields}).encode()
+        req = urllib.request.Request(f"{base}{path}", data=data, headers={"Referer": base + path})
+        return opener.open(req, timeout=30).read().decode()
+
+    post("/admin/login/?next=/admin/", {"username": "ops", "password": "ops-pass-4821"})
+    page = post(
+        "/admin/catalog/modelversion/",
+        {
+            "action": "retire_now",
+            "_selected_action": pk,
+            "apply": "1",
+            "reason": "multi-replica test",
+            "notice_override": "test",
+        },
+    )
+    assert "Retired" in page, page[-2000:]
+
+
 def test_a_retirement_reaches_both_instances_at_once(replicas):
     r, key = replicas, replicas["keys"]["payer"]
     # A model that serves today and is nobody's successor (so it may leave now).
@@ -235,14 +285,8 @@ def test_a_retirement_reaches_both_instances_at_once(replicas):
     for base in r["bases"]:  # both instances have the model in their memo
         status, _, quote = call(base, key, "POST", "/api/v1/quotes", body)
         assert status == 200, quote
-    run_manage(
-        r["env"],
-        "shell",
-        "-c",
-        "from catalog import lifecycle; from catalog.models import ModelVersion; "
-        f"lifecycle.model_retire_now(model=ModelVersion.objects.get(slug={slug!r}), "
-        "actor='test', reason='multi-replica test', notice_override='test')",
-    )
+    # Retired through the first instance's admin ("Retire now"), as an admin would.
+    admin_retire_now(r, r["bases"][0], slug)
     for base in reversed(r["bases"]):  # the very next request, on either instance
         status, _, refusal = call(base, key, "POST", "/api/v1/quotes", body)
         assert status == 410, (base, refusal)
