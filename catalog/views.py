@@ -39,6 +39,16 @@ from deploy.query import invalid_parameter, query_int, query_value
         ),
     ]
 )
+def model_or_404(slug: str):
+    """The model named `slug`, or the 404 `model-not-found` problem (both surfaces)."""
+    try:
+        return model_get(slug=slug)
+    except ModelNotFound as exc:
+        raise Problem(
+            status_code=404, slug="model-not-found", title="Unknown model", detail=str(exc)
+        ) from exc
+
+
 class ModelListView(generics.ListAPIView):
     """Model versions with their lifecycle status and retirement date."""
 
@@ -80,12 +90,7 @@ class ModelDetailView(APIView):
 
     @extend_schema(responses=ModelDetailSerializer)
     def get(self, request, slug: str):
-        try:
-            model = model_get(slug=slug)
-        except ModelNotFound as exc:
-            raise Problem(
-                status_code=404, slug="model-not-found", title="Unknown model", detail=str(exc)
-            ) from exc
+        model = model_or_404(slug)
         now = timezone.now()
         data = ModelDetailSerializer(model, context={"request": request, "now": now}).data
         successor_url = (

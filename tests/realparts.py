@@ -303,6 +303,34 @@ def _cleanup_at_exit() -> None:
         remove_tree(folder)
 
 
+class _StoppableServer:
+    """A throwaway server with a folder of its own: `cleanup` stops it (kills it if it
+    will not stop) and deletes the folder; usable as a context manager."""
+
+    dir: Path
+
+    def stop(self, timeout: float = 15) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        try:
+            try:
+                self.stop(timeout=15)
+            except Exception:
+                self.kill()
+        finally:
+            remove_tree(self.dir)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
 # --- Redis -----------------------------------------------------------------------------
 
 
@@ -477,7 +505,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-class RabbitServer:
+class RabbitServer(_StoppableServer):
     """A RabbitMQ node of our own on 127.0.0.1:port, in a temp folder: its own node name,
     Mnesia folder, Erlang cookie (HOME) and distribution port; it registers with the
     machine's epmd (4369, started on demand) like any node. Guest may connect from
@@ -649,22 +677,6 @@ class RabbitServer:
 
     _emergency_kill = kill
 
-    def cleanup(self) -> None:
-        """Stop the node (kill it if it will not stop) and delete its folder."""
-        try:
-            try:
-                self.stop(timeout=15)
-            except Exception:
-                self.kill()
-        finally:
-            remove_tree(self.dir)
-
-    def __enter__(self) -> RabbitServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
-
 
 # --- PostgreSQL ------------------------------------------------------------------------
 
@@ -768,7 +780,7 @@ def _pg_template(bin_dir: Path) -> Path:
         return data
 
 
-class PostgresServer:
+class PostgresServer(_StoppableServer):
     """A throwaway PostgreSQL cluster: its own data dir in a temp folder, trust auth,
     127.0.0.1 only, its own port; `stop()` / `start()` / `restart()` keep both."""
 
@@ -915,22 +927,6 @@ class PostgresServer:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
-
-    def cleanup(self) -> None:
-        """Stop the cluster (kill it if it will not stop) and delete its folder."""
-        try:
-            try:
-                self.stop(timeout=15)
-            except Exception:
-                self.kill()
-        finally:
-            remove_tree(self.dir)
-
-    def __enter__(self) -> PostgresServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
 
 
 # --- the project's processes -----------------------------------------------------------

@@ -37,19 +37,11 @@ from tests.realparts import (
     start_web,
     start_worker,
 )
+from tests.stack import SMALL
 
 pytestmark = pytest.mark.realparts
 
 CACHE_DB = 7  # the shared cache's Redis database (the broker keeps db 0)
-SMALL = {
-    "model": "sol",
-    "input_tokens": 2000,
-    "output_tokens": 1000,
-    "turns": 1,
-    "tool_seconds": 0,
-    "deadline_seconds": 3600,
-    "tier": "standard",
-}
 
 
 def call(base: str, key: str, method: str, path: str, body: dict | None = None):

@@ -14,9 +14,7 @@ from rest_framework.response import Response
 
 from catalog import lifecycle
 from catalog import views as native
-from catalog.selectors import ModelNotFound, model_get
 from catalog.serializers import ModelDetailSerializer
-from deploy.problems import Problem
 from routing.accounts.auth import KeyPrincipal
 from routing.api.base import client_deprecation_headers, model_url
 from routing.compat.base import CompatAPIView
@@ -46,12 +44,7 @@ class ModelDetailView(CompatAPIView):
     permission_classes = [AllowAny]
 
     def get(self, request, model_id: str):
-        try:
-            model = model_get(slug=model_id)
-        except ModelNotFound as exc:
-            raise Problem(
-                status_code=404, slug="model-not-found", title="Unknown model", detail=str(exc)
-            ) from exc
+        model = native.model_or_404(model_id)
         now = timezone.now()
         data = ModelDetailSerializer(model, context={"request": request, "now": now}).data
         if isinstance(request.user, KeyPrincipal):
