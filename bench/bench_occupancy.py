@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[0, 1000, 10_000, 100_000])
     ap.add_argument("--running", type=int, nargs="+", default=[1, 100, 1000, 10_000])
     ap.add_argument("--db", default="postgres://postgres@127.0.0.1:5432/perf_bench")
+    ap.add_argument("--sql", action="store_true", help="print each statement of one step")
+    ap.add_argument("--quick", action="store_true", help="the per-job figures only")
     args = ap.parse_args()
 
     import psycopg
@@ -108,6 +110,7 @@ def main() -> None:
     with CaptureQueriesContext(connection) as q:
         jid = accept()
     accept_n = len(q)
+    show(args.sql, "accept", q)
     ids = []
     acc = []
     for _ in range(args.runs * 4):
@@ -123,9 +126,11 @@ def main() -> None:
     with CaptureQueriesContext(connection) as q:
         worker.job_run(jid)
     run_n = len(q)
+    show(args.sql, "job_run", q)
     with CaptureQueriesContext(connection) as q:
         worker.job_finish(jid, at=later)
     fin_n = len(q)
+    show(args.sql, "job_finish", q)
     runs, fins = [], []
     for i in ids:
         t0 = time.perf_counter()
@@ -142,6 +147,8 @@ def main() -> None:
         f"(medians summed; goal <= 6 ms)"
     )
 
+    if args.quick:
+        return
     template = Job.objects.get(pk=jid)
     pool_id = template.pool_id
 
@@ -202,6 +209,14 @@ def main() -> None:
         out = timed(lambda: snapshot.own_occupancy(timezone.now()), args.runs)
         print(f"  {per * len(all_pools):>7} active  {fmt(out)}")
     del pools
+
+
+def show(on: bool, what: str, captured) -> None:
+    if not on:
+        return
+    print(f"-- {what}: {len(captured)} statements")
+    for i, row in enumerate(captured.captured_queries, 1):
+        print(f"  {i:>2}. {row['sql'][:400]}")
 
 
 def dt_seconds(s: float):

@@ -25,7 +25,7 @@ def job_cancel(*, job: Job, at: dt.datetime | None = None) -> Job:
             raise JobNotCancellable(f"Job {locked.pk} has already {locked.status}.")
         if locked.status == Job.Status.RUNNING and locked.finishes_at and locked.finishes_at <= at:
             raise JobNotCancellable(f"Job {locked.pk} has finished; it is being settled.")
-        quota.quota_release(reference=locked.reservation.reference, at=at)
+        quota.quota_release(reservation_id=locked.reservation_id, at=at)
         locked.status = Job.Status.CANCELLED
         locked.cancelled_at = locked.finished_at = at
         locked.cost = Decimal(0)

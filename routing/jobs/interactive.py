@@ -184,7 +184,7 @@ def interactive_abandon(job_id, *, at: dt.datetime | None = None) -> Job | None:
         started = at >= tl.start_at
         generated = tl.tokens_by(at)
         charge = partial_cost(job, generated) if started else Decimal(0)
-        reservation = quota.quota_settle(reference=job.reservation.reference, actual=charge, at=at)
+        reservation = quota.quota_settle(reservation_id=job.reservation_id, actual=charge, at=at)
         job.status = Job.Status.FAILED
         job.finished_at = at
         job.finishes_at = at  # the slot frees now

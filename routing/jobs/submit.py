@@ -65,8 +65,9 @@ def job_submit(
         with transaction.atomic():
             if idempotency_key:
                 _lock_idempotency_key(account, idempotency_key)
-            # The quote read a cached catalog: re-check the lifecycle on the row itself.
-            model = ModelVersion.objects.select_related("successor").get(slug=chosen.model)
+            # The quote read a cached catalog: re-check the lifecycle on the row itself
+            # (its dates only; the successors are read when it is not serving).
+            model = ModelVersion.objects.only(*LIFECYCLE_READ).get(slug=chosen.model)
             if not lifecycle.is_serving(model, at):
                 res = lifecycle.resolve_successor(model, at)
                 raise ModelRetired(model, res.model if res.model.pk != model.pk else None, res.tier)
@@ -88,6 +89,7 @@ def job_submit(
                 account=account,
                 package_id=reservation.package_id,
                 tokens=request.input_tokens + request.output_tokens,
+                package_limits=_limits_read(q, reservation.package_id),
             )
             job = _create_job(
                 job_id,
@@ -118,6 +120,30 @@ def job_submit(
             taken.give_back()  # not written after all: the work was not accepted
         raise
     return Submission(job, True, q)
+
+
+# What the lifecycle re-check reads of the model row (catalog.status.model_status),
+# with what the job and its 202 use of it.
+LIFECYCLE_READ = (
+    "id",
+    "slug",
+    "family_id",
+    "kind",
+    "released_on",
+    "generally_available_on",
+    "retirement_announced_on",
+    "retires_on",
+    "successor_id",
+    "successor_tier_id",
+)
+
+
+def _limits_read(q: Quote, package_id: int) -> tuple[int | None, int | None] | None:
+    """The paying package's rate limits as the quote read them (None: not read)."""
+    for p in q.packages or ():
+        if p.id == package_id:
+            return p.requests_per_minute, p.tokens_per_minute
+    return None
 
 
 def _replay(account: Account, key: str, digest: str) -> Job | None:

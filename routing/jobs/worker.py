@@ -91,20 +91,32 @@ def next_slot(
 
 def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
     """Claim a queued job, simulate it, book its slot. Idempotent: only a queued job is
-    claimed (a conditional write under the row lock)."""
+    claimed (a conditional write under the row lock).
+
+    One task per job where simulated time allows: a job whose simulated run has ended
+    already when it is claimed (a slot free at once and a run shorter than the claim
+    itself takes in wall time: a large SIM_TIME_SCALE) is settled in the claim's
+    transaction, SUCCEEDED with no finish message. Any other job gets one finish message
+    with a countdown to its end. The end is compared with the clock at the claim's
+    write (with `at` given, with `at`: a caller's simulated now)."""
+    fixed_now = at
     at = at or timezone.now()
     with transaction.atomic():
-        job = job_claim(job_id, at=at)
+        job = job_claim(job_id, at=at, finish_by=fixed_now or timezone.now)
         if job is not None and job.status == Job.Status.RUNNING:
             transaction.on_commit(lambda: send_finish(job.pk, job.finishes_at))
+        elif job is not None and job.status == Job.Status.SUCCEEDED:
+            _observe_on_commit(job)
     return job
 
 
-def job_claim(job_id, *, at: dt.datetime) -> Job | None:
+def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
     """The claim itself (inside the caller's transaction): a queued job simulated and
     its slot booked (RUNNING, `started_at`..`finishes_at`), or FAILED when the engine
     cannot run it. None when the job is not queued. The caller decides who finishes
-    it: the worker schedules a finish message; an interactive request (the /v1/ chat
+    it: the worker schedules a finish message, or passes `finish_by` (a time, or a
+    callable giving the time at the write) to have a job whose run ends by then
+    settled here, SUCCEEDED in the same write; an interactive request (the /v1/ chat
     endpoints) finishes it itself when its answer has been generated."""
     # Only the job row is locked (`of`): the catalog rows it joins are read, not held.
     job = (
@@ -129,7 +141,7 @@ def job_claim(job_id, *, at: dt.datetime) -> Job | None:
         job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
         job.attempts += 1
         job.save(update_fields=["status", "error", "finished_at", "attempts"])
-        quota.quota_release(reference=job.reservation.reference, at=at)
+        quota.quota_release(reservation_id=job.reservation_id, at=at)
         return job
     # One slot booking at a time per pool: lock the pool row (PostgreSQL).
     HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
@@ -149,8 +161,29 @@ def job_claim(job_id, *, at: dt.datetime) -> Job | None:
         "total_seconds": queue_seconds + run_seconds,
         "tokens_per_second": pred.tokens_per_second,
     }
-    job.save(update_fields=["status", "started_at", "finishes_at", "attempts", "simulated"])
+    fields = ["status", "started_at", "finishes_at", "attempts", "simulated"]
+    now = finish_by() if callable(finish_by) else finish_by
+    if now is not None and job.finishes_at <= now:
+        fields += _settle(job, now)  # ended already: settled in the same write
+    job.save(update_fields=fields)
     return job
+
+
+def _settle(job: Job, at: dt.datetime) -> list[str]:
+    """Charge a job whose run has ended and mark it SUCCEEDED at `at` (not saved: the
+    caller writes the returned fields with its own)."""
+    reservation = quota.quota_settle(
+        reservation_id=job.reservation_id, actual=job.predicted_cost, at=at
+    )
+    job.status = Job.Status.SUCCEEDED
+    job.finished_at = at
+    job.cost = reservation.charged
+    return ["status", "finished_at", "cost"]
+
+
+def _observe_on_commit(job: Job) -> None:
+    tier_id, simulated = job.tier_id, job.simulated
+    transaction.on_commit(lambda: metrics.observe_job_finished(tier_slug(tier_id), simulated))
 
 
 def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
@@ -158,24 +191,16 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
     transaction. Idempotent (only a running job past its end is finished)."""
     at = at or timezone.now()
     with transaction.atomic():
-        # The reservation comes with the job (one statement); settling locks it.
         job = (
-            Job.objects.select_for_update(of=("self",))
-            .select_related("reservation")
+            Job.objects.select_for_update()
             .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
             .first()
         )
         if job is None:
             return None
-        reservation = quota.quota_settle(
-            reference=job.reservation.reference, actual=job.predicted_cost, at=at
-        )
-        job.status = Job.Status.SUCCEEDED
-        job.finished_at = at
-        job.cost = reservation.charged
-        job.save(update_fields=["status", "finished_at", "cost"])
-        tier_id, simulated = job.tier_id, job.simulated
-        transaction.on_commit(lambda: metrics.observe_job_finished(tier_slug(tier_id), simulated))
+        # The reservation is read once, by the statement that settles it.
+        job.save(update_fields=_settle(job, at))
+        _observe_on_commit(job)
         return job
 
 

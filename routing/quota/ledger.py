@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterable
 from decimal import Decimal
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
 from django.db.models.functions import Round
 from django.utils import timezone
@@ -46,6 +46,85 @@ def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") ->
     amount = credits(amount)
     if amount < 0:
         raise QuotaError("A reservation cannot be negative.")
+    if connection.vendor == "postgresql":
+        reservation = _reserve_pg(package_id, amount, reference, note)
+    else:
+        reservation = _reserve_orm(package_id, amount, reference, note)
+    if reservation is None:
+        package = QuotaPackage.objects.filter(pk=package_id).first()
+        raise QuotaExhausted(
+            f"Package {package.name if package else package_id} has not enough "
+            f"credits for {amount}.",
+            next_reset_at=package.next_reset_at if package else None,
+        )
+    return reservation
+
+
+# The hold, its reservation and its ledger row as one statement (PostgreSQL): the
+# conditional UPDATE is the over-spend guard (it takes the package's row lock and
+# re-checks the condition after waiting), the reservation and the ledger row are
+# inserted only from the row it updated. A repeated reference inserts nothing
+# (ON CONFLICT waits for a concurrent insert of it to end): the caller then gives the
+# hold back under the same lock and returns the existing reservation.
+_PKG = QuotaPackage._meta.db_table
+_RES = QuotaReservation._meta.db_table
+_LEDGER = LedgerEntry._meta.db_table
+_RESERVE_SQL = f"""
+WITH hold AS (
+    UPDATE {_PKG} SET reserved = ROUND(reserved + %(amount)s::numeric, 6)
+    WHERE id = %(package)s AND "limit" >= spent + reserved + %(amount)s::numeric
+    RETURNING id
+), res AS (
+    INSERT INTO {_RES} (package_id, reference, amount, drawn, charged, state, created_at,
+        closed_at)
+    SELECT id, %(reference)s, %(amount)s::numeric, 0, NULL, %(held)s, %(at)s::timestamptz, NULL
+    FROM hold
+    ON CONFLICT (reference) DO NOTHING
+    RETURNING id
+), entry AS (
+    INSERT INTO {_LEDGER} (package_id, reservation_id, kind, delta_reserved, delta_spent,
+        note, created_at)
+    SELECT %(package)s, id, %(kind)s, %(amount)s::numeric, 0, %(note)s, %(at)s::timestamptz
+    FROM res
+)
+SELECT (SELECT count(*) FROM hold), (SELECT id FROM res)
+"""
+
+
+def _reserve_pg(package_id: int, amount, reference: str, note: str) -> QuotaReservation | None:
+    at = timezone.now()
+    # No savepoint (its two statements) inside a caller's transaction: nothing here is
+    # expected to fail but the constraints, which fail the caller's transaction anyway.
+    with transaction.atomic(savepoint=False), connection.cursor() as cur:
+        cur.execute(
+            _RESERVE_SQL,
+            {
+                "package": package_id,
+                "amount": amount,
+                "reference": reference,
+                "held": QuotaReservation.State.HELD,
+                "kind": LedgerEntry.Kind.RESERVE,
+                "note": note[:200],
+                "at": at,
+            },
+        )
+        held, reservation_id = cur.fetchone()
+        if not held:
+            return None
+        if reservation_id is None:  # the reference exists: undo the hold, return it
+            QuotaPackage.objects.filter(pk=package_id).update(
+                reserved=_exact(F("reserved") - amount)
+            )
+            return QuotaReservation.objects.get(reference=reference)
+    return QuotaReservation.from_db(
+        connection.alias,
+        ["id", "package_id", "reference", "amount", "drawn", "charged", "state", "created_at"]
+        + ["closed_at"],
+        [reservation_id, package_id, reference, amount, ZERO, None, "held", at, None],
+    )
+
+
+def _reserve_orm(package_id: int, amount, reference: str, note: str) -> QuotaReservation | None:
     # No look-up first: a repeated reference fails on its unique index, the savepoint
     # undoes the hold, and the existing reservation is returned.
     try:
@@ -54,12 +133,7 @@ def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") ->
                 pk=package_id, limit__gte=F("spent") + F("reserved") + amount
             ).update(reserved=_exact(F("reserved") + amount))
             if updated != 1:
-                package = QuotaPackage.objects.filter(pk=package_id).first()
-                raise QuotaExhausted(
-                    f"Package {package.name if package else package_id} has not enough "
-                    f"credits for {amount}.",
-                    next_reset_at=package.next_reset_at if package else None,
-                )
+                return None
             reservation = QuotaReservation.objects.create(
                 package_id=package_id, reference=reference, amount=amount
             )
@@ -119,22 +193,41 @@ def quota_reserve_for(
     )
 
 
-def quota_settle(*, reference: str, actual, at: dt.datetime | None = None) -> QuotaReservation:
-    """Turn a held reservation into spend. Charges the actual cost, at most what was
-    reserved (a client is never charged above its quote). Idempotent: a second call
-    changes nothing."""
+def quota_settle(
+    *,
+    reference: str | None = None,
+    actual,
+    at: dt.datetime | None = None,
+    reservation_id: int | None = None,
+) -> QuotaReservation:
+    """Turn a held reservation (by `reference` or `reservation_id`) into spend. Charges
+    the actual cost, at most what was reserved (a client is never charged above its
+    quote). Idempotent: a second call changes nothing."""
     reservation = _close_reservation(
-        reference=reference, state=QuotaReservation.State.SETTLED, actual=actual, at=at
+        reference=reference,
+        reservation_id=reservation_id,
+        state=QuotaReservation.State.SETTLED,
+        actual=actual,
+        at=at,
     )
     if reservation is None:
-        raise QuotaError(f"No reservation {reference!r} to settle.")
+        raise QuotaError(f"No reservation {reference or reservation_id!r} to settle.")
     return reservation
 
 
-def quota_release(*, reference: str, at: dt.datetime | None = None) -> QuotaReservation | None:
+def quota_release(
+    *,
+    reference: str | None = None,
+    at: dt.datetime | None = None,
+    reservation_id: int | None = None,
+) -> QuotaReservation | None:
     """Give held credits back (cancelled or failed work). Idempotent."""
     return _close_reservation(
-        reference=reference, state=QuotaReservation.State.RELEASED, actual=ZERO, at=at
+        reference=reference,
+        reservation_id=reservation_id,
+        state=QuotaReservation.State.RELEASED,
+        actual=ZERO,
+        at=at,
     )
 
 
@@ -145,15 +238,23 @@ _CLOSING_KIND = {
 
 
 def _close_reservation(
-    *, reference: str, state: str, actual, at: dt.datetime | None
+    *,
+    reference: str | None,
+    reservation_id: int | None = None,
+    state: str,
+    actual,
+    at: dt.datetime | None,
 ) -> QuotaReservation | None:
     # Settle and release are one move: the hold leaves `reserved`, the charge (zero on
     # release) enters `spent`, one ledger row records both, under the reservation's lock.
+    if (reference is None) == (reservation_id is None):
+        raise QuotaError("Name the reservation by reference or by id.")
     at = at or timezone.now()
+    if connection.vendor == "postgresql":
+        return _close_pg(reference, reservation_id, state, credits(actual), at)
     with transaction.atomic():
-        reservation = (
-            QuotaReservation.objects.select_for_update().filter(reference=reference).first()
-        )
+        by = {"reference": reference} if reference is not None else {"pk": reservation_id}
+        reservation = QuotaReservation.objects.select_for_update().filter(**by).first()
         if reservation is None or reservation.state != QuotaReservation.State.HELD:
             return reservation
         # What was drawn already (a batch's requests) stays spent; the rest of the hold
@@ -175,6 +276,60 @@ def _close_reservation(
             delta_spent=charge,
         )
         return reservation
+
+
+# Closing as one statement (PostgreSQL): the reservation is read once, by the UPDATE
+# that closes it only while it is held (it takes the row lock and re-checks `state`
+# after waiting, so a concurrent settle or release closes it once); the package and the
+# ledger row are written from the row it returns. What was drawn already (a batch's
+# requests) stays spent; the rest of the hold leaves `reserved`.
+_RES_COLUMNS = ["id", "package_id", "reference", "amount", "drawn", "charged", "state"]
+_RES_COLUMNS += ["created_at", "closed_at"]
+_CLOSE_SQL = f"""
+WITH r AS (
+    UPDATE {_RES} SET state = %(state)s,
+        charged = drawn + LEAST(%(actual)s::numeric, amount - drawn),
+        closed_at = %(at)s::timestamptz
+    WHERE {{where}} AND state = %(held)s
+    RETURNING {", ".join(_RES_COLUMNS)}
+), p AS (
+    UPDATE {_PKG} AS q SET reserved = ROUND(q.reserved - (r.amount - r.drawn), 6),
+        spent = ROUND(q.spent + (r.charged - r.drawn), 6)
+    FROM r WHERE q.id = r.package_id
+), entry AS (
+    INSERT INTO {_LEDGER} (package_id, reservation_id, kind, delta_reserved, delta_spent,
+        note, created_at)
+    SELECT package_id, id, %(kind)s, -(amount - drawn), charged - drawn, '', %(now)s::timestamptz
+    FROM r
+)
+SELECT {", ".join(_RES_COLUMNS)} FROM r
+"""
+_CLOSE_BY = {
+    "reference": _CLOSE_SQL.format(where="reference = %(key)s"),
+    "id": _CLOSE_SQL.format(where="id = %(key)s"),
+}
+
+
+def _close_pg(reference, reservation_id, state, actual, at) -> QuotaReservation | None:
+    with connection.cursor() as cur:
+        cur.execute(
+            _CLOSE_BY["reference" if reference is not None else "id"],
+            {
+                "key": reference if reference is not None else reservation_id,
+                "state": state,
+                "actual": actual,
+                "at": at,
+                "held": QuotaReservation.State.HELD,
+                "kind": _CLOSING_KIND[state],
+                "now": timezone.now(),
+            },
+        )
+        row = cur.fetchone()
+    if row is not None:
+        return QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row)
+    # Not held (closed already: nothing to do) or not there.
+    by = {"reference": reference} if reference is not None else {"pk": reservation_id}
+    return QuotaReservation.objects.filter(**by).first()
 
 
 def quota_draw(*, reference: str, amount, note: str = "") -> Decimal:

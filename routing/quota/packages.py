@@ -59,6 +59,10 @@ class PackageView:
     valid_from: dt.datetime | None
     valid_until: dt.datetime | None
     next_reset_at: dt.datetime | None
+    # The package's own rate limits (None: none), read with the balance so that
+    # accepting work needs no second read of the package (routing.quota.ratelimits).
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
     def covers(self, *, model_id: int, family_id: int, tier_id: int, at: dt.datetime) -> bool:
         if self.valid_from is not None and at < self.valid_from:
@@ -115,7 +119,8 @@ def _package_scopes(ids: list[int]) -> dict[int, tuple[frozenset[int], frozenset
 # below.
 _PACKAGES_SQL = (
     'SELECT id, name, scope, family_id, "limit", spent, reserved, "order", independent, '
-    f"valid_from, valid_until, next_reset_at FROM {QuotaPackage._meta.db_table} "
+    "valid_from, valid_until, next_reset_at, requests_per_minute, tokens_per_minute "
+    f"FROM {QuotaPackage._meta.db_table} "
     "WHERE account_id = %s"
 )
 
@@ -140,6 +145,8 @@ def account_packages(account: Account | int) -> list[PackageView]:
             valid_from=as_utc(valid_from),
             valid_until=as_utc(valid_until),
             next_reset_at=as_utc(next_reset_at),
+            requests_per_minute=rpm,
+            tokens_per_minute=tpm,
         )
         for (
             pk,
@@ -154,6 +161,8 @@ def account_packages(account: Account | int) -> list[PackageView]:
             valid_from,
             valid_until,
             next_reset_at,
+            rpm,
+            tpm,
         ) in rows
     ]
 

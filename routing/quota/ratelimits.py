@@ -61,15 +61,20 @@ def token_counter(account: Account) -> Counter | None:
     return Counter(f"tok:account-{account.pk}", limit, 60)
 
 
-def package_counters(package_id: int | None) -> tuple[Counter | None, Counter | None]:
+def package_counters(
+    package_id: int | None, limits: tuple[int | None, int | None] | None = None
+) -> tuple[Counter | None, Counter | None]:
+    """The package's request and token counters; `limits` (requests, tokens per minute)
+    as the caller read them already, else read here."""
     if package_id is None:
         return None, None
-    row = (
-        QuotaPackage.objects.filter(pk=package_id)
-        .values_list("requests_per_minute", "tokens_per_minute")
-        .first()
-    )
-    rpm, tpm = row or (None, None)
+    if limits is None:
+        limits = (
+            QuotaPackage.objects.filter(pk=package_id)
+            .values_list("requests_per_minute", "tokens_per_minute")
+            .first()
+        )
+    rpm, tpm = limits or (None, None)
     return (
         Counter(f"req:package-{package_id}", rpm, 60) if rpm is not None else None,
         Counter(f"tok:package-{package_id}", tpm, 60) if tpm is not None else None,
@@ -87,15 +92,22 @@ class WorkTaken:
         give_back(self.counters, self.at)
 
 
-def take_for_work(*, account: Account, package_id: int | None, tokens: int) -> WorkTaken:
+def take_for_work(
+    *,
+    account: Account,
+    package_id: int | None,
+    tokens: int,
+    package_limits: tuple[int | None, int | None] | None = None,
+) -> WorkTaken:
     """Count one accepted job or completion of `tokens` tokens against the account's
     tokens and the paying package's requests and tokens, all or nothing. Raises
-    RateLimited when one of them would go past its limit."""
+    RateLimited when one of them would go past its limit. `package_limits`: the
+    package's (requests, tokens) per minute as the caller read them in this request."""
     wanted: list[tuple[Counter, int]] = []
     account_tokens = token_counter(account)
     if account_tokens is not None:
         wanted.append((account_tokens, tokens))
-    package_requests, package_tokens = package_counters(package_id)
+    package_requests, package_tokens = package_counters(package_id, package_limits)
     if package_requests is not None:
         wanted.append((package_requests, 1))
     if package_tokens is not None:
