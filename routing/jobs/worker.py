@@ -15,12 +15,12 @@ import datetime as dt
 import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 import simengine
 from catalog.engine import predict_on
-from catalog.models import HardwarePool, Tier
+from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.core import dispatch, metrics
 from routing.core.clock import sim_scale, wall
@@ -118,13 +118,7 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
     callable giving the time at the write) to have a job whose run ends by then
     settled here, SUCCEEDED in the same write; an interactive request (the /v1/ chat
     endpoints) finishes it itself when its answer has been generated."""
-    # Only the job row is locked (`of`): the catalog rows it joins are read, not held.
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("model", "tier", "pool")
-        .filter(pk=job_id, status=Job.Status.QUEUED)
-        .first()
-    )
+    job = _claim_read(job_id)
     if job is None:
         return None  # done, cancelled, or claimed by another delivery
     try:
@@ -144,7 +138,9 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         quota.quota_release(reservation_id=job.reservation_id, at=at)
         return job
     # One slot booking at a time per pool: lock the pool row (PostgreSQL).
-    HardwarePool.objects.select_for_update(no_key=True).filter(pk=job.pool_id).first()
+    if connection.features.has_select_for_update:
+        with connection.cursor() as cur:
+            cur.execute(_POOL_LOCK_SQL, [job.pool_id])
     start = slot_start(job.pool_id, job.slot_share, at)
     run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
     queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
@@ -167,6 +163,65 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         fields += _settle(job, now)  # ended already: settled in the same write
     job.save(update_fields=fields)
     return job
+
+
+# The claim reads the job under its row lock with what the engine needs of its
+# catalog rows (catalog.engine.predict_on: the model's spec, the pool's device and
+# nodes, the tier's slug), not the rows whole; hand-written, as the ORM's query
+# building cost more than the query. Only the job row is locked (`OF`).
+_MODEL_SPEC = (
+    "slug",
+    "total_params",
+    "active_params_prefill",
+    "active_params_decode",
+    "layers",
+    "hidden_size",
+    "bytes_per_param",
+    "kv_bytes_per_token",
+    "context_window",
+)
+_POOL_READ = ("slug", "device", "nodes")
+_TIER_READ = ("slug",)
+
+
+def _claim_sql(lock_of: bool) -> str:
+    job_cols = ", ".join(f'j."{f.column}"' for f in Job._meta.concrete_fields)
+    extra = [f'm."{c}" AS "m_{c}"' for c in _MODEL_SPEC]
+    extra += [f'p."{c}" AS "p_{c}"' for c in _POOL_READ]
+    extra += [f't."{c}" AS "t_{c}"' for c in _TIER_READ]
+    return (
+        f"SELECT {job_cols}, {', '.join(extra)} FROM {Job._meta.db_table} j "
+        f"JOIN {ModelVersion._meta.db_table} m ON m.id = j.model_id "
+        f"JOIN {HardwarePool._meta.db_table} p ON p.id = j.pool_id "
+        f"JOIN {Tier._meta.db_table} t ON t.id = j.tier_id "
+        "WHERE j.id = %s AND j.status = %s" + (" FOR UPDATE OF j" if lock_of else "")
+    )
+
+
+_CLAIM_SQL: dict[bool, str] = {}
+_POOL_LOCK_SQL = f"SELECT 1 FROM {HardwarePool._meta.db_table} WHERE id = %s FOR NO KEY UPDATE"
+
+
+def _claim_read(job_id) -> Job | None:
+    """The queued job, locked, with its model, pool and tier as far as the engine needs
+    them (any other field of those is read on first use, as a deferred field is)."""
+    lock_of = connection.features.has_select_for_update_of
+    sql = _CLAIM_SQL.get(lock_of) or _CLAIM_SQL.setdefault(lock_of, _claim_sql(lock_of))
+    rows = list(Job.objects.raw(sql, [str(job_id), Job.Status.QUEUED]))
+    if not rows:
+        return None
+    job = rows[0]
+    job.model = _partial(ModelVersion, job, "m", job.model_id, _MODEL_SPEC)
+    job.pool = _partial(HardwarePool, job, "p", job.pool_id, _POOL_READ)
+    job.tier = _partial(Tier, job, "t", job.tier_id, _TIER_READ)
+    return job
+
+
+def _partial(model, job: Job, prefix: str, pk: int, names: tuple[str, ...]):
+    """A catalog row with the fields the claim read (the others deferred)."""
+    values = {"id": pk, **{c: getattr(job, f"{prefix}_{c}") for c in names}}
+    fields = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(job._state.db, fields, [values[f] for f in fields])
 
 
 def _settle(job: Job, at: dt.datetime) -> list[str]:
