@@ -207,7 +207,9 @@ def _claim_read(job_id) -> Job | None:
     them (any other field of those is read on first use, as a deferred field is)."""
     lock_of = connection.features.has_select_for_update_of
     sql = _CLAIM_SQL.get(lock_of) or _CLAIM_SQL.setdefault(lock_of, _claim_sql(lock_of))
-    rows = list(Job.objects.raw(sql, [str(job_id), Job.Status.QUEUED]))
+    pk = Job._meta.pk
+    key = pk.get_db_prep_value(pk.to_python(job_id), connection)
+    rows = list(Job.objects.raw(sql, [key, Job.Status.QUEUED]))
     if not rows:
         return None
     job = rows[0]

@@ -62,6 +62,38 @@ def test_run_then_finish_settles_once(api, account):
     assert quota.ledger_mismatches() == []
 
 
+def test_a_run_ended_at_the_claim_is_settled_by_the_run_task_alone(
+    api, account, settings, dispatched, django_capture_on_commit_callbacks
+):
+    # A simulated hour passes in a wall nanosecond: the run has ended when the claim
+    # writes, so the run task settles it in the same transaction (no finish message).
+    settings.SIM_TIME_SCALE = 3.6e12
+    job_id = submit(api).json()["id"]
+    with django_capture_on_commit_callbacks(execute=True):
+        job = jobs_worker.job_run(job_id)
+    assert job.status == "succeeded" and job.cost == Decimal("0.92")
+    assert job.started_at <= job.finishes_at <= job.finished_at
+    assert dispatched.of(jobs_worker.FINISH_TASK) == []
+    assert jobs_worker.job_run(job_id) is None  # a redelivered message does nothing
+    assert jobs_worker.job_finish(job_id, at=later(job, 5)) is None
+    job.refresh_from_db()
+    assert job.status == "succeeded" and job.reservation.state == "settled"
+    pkg = account.packages.get()
+    assert (pkg.spent, pkg.reserved) == (Decimal("0.92"), 0)
+    assert LedgerEntry.objects.filter(kind="settle").count() == 1
+    assert quota.ledger_mismatches() == []
+
+
+def test_a_run_that_ends_later_gets_one_finish_message(
+    api, dispatched, django_capture_on_commit_callbacks
+):
+    job_id = submit(api).json()["id"]
+    with django_capture_on_commit_callbacks(execute=True):
+        job = jobs_worker.job_run(job_id)
+    assert job.status == "running" and job.reservation.state == "held"
+    assert dispatched.of(jobs_worker.FINISH_TASK) == [(str(job.pk),)]
+
+
 def test_the_finished_job_reads_back_with_timings_usage_and_simulated_output(api):
     job_id = submit(api, output_tokens=300, input_tokens=1000, turns=1, tool_seconds=0).json()["id"]
     job = jobs_worker.job_run(job_id)
