@@ -137,7 +137,8 @@ CACHE_URL = os.environ.get("CACHE_URL") or (
     else ""
 )
 if CACHE_URL.startswith(("redis://", "rediss://")):
-    _cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    # Django's Redis cache, one redis-py client per pool (deploy/cache.py).
+    _cache = {"BACKEND": "deploy.cache.RedisCache", "LOCATION": CACHE_URL}
 elif CACHE_URL.startswith("locmem://"):
     _cache = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 elif CACHE_URL and not CACHE_URL.startswith("file://"):
