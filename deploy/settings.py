@@ -245,6 +245,12 @@ _tokens = os.environ.get("API_TOKENS_PER_MINUTE", "2000000").strip().lower()
 if _tokens not in {"", "0", "off", "none"} and not _tokens.isdigit():
     raise RuntimeError("API_TOKENS_PER_MINUTE must be a whole number of tokens or off")
 API_TOKENS_PER_MINUTE = int(_tokens) if _tokens.isdigit() and int(_tokens) > 0 else None
+
+# How long a process keeps a valid API key's lookup (routing.accounts.keys): a revoked
+# or deleted key, or a changed account, is refused at once by the process that made the
+# change and within this many seconds by every other (about a second with a shared
+# cache). 0: every request reads the key from the database.
+API_KEY_CACHE_SECONDS = float(os.environ.get("API_KEY_CACHE_SECONDS", "5"))
 # Reverse proxies in front of the service that append the client to X-Forwarded-For;
 # 0: the client is REMOTE_ADDR and X-Forwarded-For is ignored (it could be forged).
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
