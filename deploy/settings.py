@@ -68,14 +68,17 @@ MIDDLEWARE = [
     "deploy.debugpage.debug_page_local_only",
     "deploy.middleware.api_input_guard",
     "deploy.middleware.ServiceUnavailableMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, CSRF, Django's user and messages serve the admin: the Browser* ones are
+    # Django's own, passed by on /api/ and /v1/ (deploy/middleware.py), where a bearer
+    # key authenticates.
+    "deploy.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "deploy.middleware.BrowserCsrfViewMiddleware",
+    "deploy.middleware.BrowserAuthenticationMiddleware",
+    "deploy.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Admin login lockout (django-axes): answers the lockout page for a locked login.
-    "axes.middleware.AxesMiddleware",
+    "axes.middleware.AxesMiddleware",  # (by name: axes checks it; a look only)
     # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
     "deploy.throttling.RateLimitHeadersMiddleware",
 ]
