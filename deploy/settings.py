@@ -111,6 +111,12 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        # A reused connection is checked (SELECT 1) once per request or task, so one
+        # the database dropped (a restart) is replaced instead of failing the next
+        # request or task. Kept (issue 16): the web server as deployed (ASGI,
+        # deploy/asgi.py) opens a connection per request (DB_CONN_MAX_AGE=0) and so
+        # never checks; the check only runs where connections persist (Celery
+        # workers, a WSGI server), where it saves a failed task after a restart.
         conn_health_checks=True,
     )
 }
