@@ -120,6 +120,15 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# The web server under ASGI (deploy/asgi.py sets DB_POOL=1) keeps this process's idle
+# PostgreSQL connections for the next request instead of opening one per request
+# (deploy/db/base.py): at most DB_POOL_IDLE, none older than DB_POOL_IDLE_SECONDS.
+DB_POOL_IDLE = int(os.environ.get("DB_POOL_IDLE", "8"))
+DB_POOL_IDLE_SECONDS = float(os.environ.get("DB_POOL_IDLE_SECONDS", "60"))
+if os.environ.get("DB_POOL") == "1" and DATABASES["default"]["ENGINE"] == (
+    "django.db.backends.postgresql"
+):
+    DATABASES["default"]["ENGINE"] = "deploy.db"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Web, worker and beat share one file in the quick start. A transaction that
