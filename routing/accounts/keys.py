@@ -85,9 +85,7 @@ def _on_account_change(sender, instance: Account, **_kwargs) -> None:
 post_save.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-save")
 post_delete.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-delete")
 post_save.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-save")
-post_delete.connect(
-    _on_account_change, sender=Account, dispatch_uid="api-key-memo-account-delete"
-)
+post_delete.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-delete")
 
 
 def _memo_get(digest: str, ttl: float) -> tuple | None:
@@ -115,6 +113,7 @@ def _memo_put(digest: str, row: tuple, ttl: float, read_at: float, forgotten: in
         if len(_memo) >= MEMO_MAX_ENTRIES:
             _memo.clear()
         _memo[digest] = (read_at + ttl, row)
+
 
 KEY_PREFIX = "mlr_"
 # Writing last_used_at on every request would make every read a write.
