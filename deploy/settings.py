@@ -114,9 +114,11 @@ DATABASES = {
         # A reused connection is checked (SELECT 1) once per request or task, so one
         # the database dropped (a restart) is replaced instead of failing the next
         # request or task. Kept (issue 16): the web server as deployed (ASGI,
-        # deploy/asgi.py) opens a connection per request (DB_CONN_MAX_AGE=0) and so
-        # never checks; the check only runs where connections persist (Celery
-        # workers, a WSGI server), where it saves a failed task after a restart.
+        # deploy/asgi.py) closes Django's connection at each request's end
+        # (DB_CONN_MAX_AGE=0), so this never runs there; its kept connections
+        # (deploy/db/base.py) are checked on their socket instead, without a round
+        # trip. It runs where Django's connections persist (Celery workers, a WSGI
+        # server), where it saves a failed task after a restart.
         conn_health_checks=True,
     )
 }
