@@ -5,7 +5,9 @@
 Under ASGI Django keeps a request's database connection in that request's context,
 so a persistent connection (CONN_MAX_AGE > 0) is never reused by the next request and
 only piles up: the web process closes connections at the end of each request
-(Celery workers, started separately, keep theirs).
+(Celery workers, started separately, keep theirs). On PostgreSQL a closed connection
+that is clean goes back to a short per-process list and serves a later request
+(DB_POOL=1, deploy/db/base.py), rather than opening one per request.
 
 A body larger than anything the service accepts is refused before it is read
 (deploy/asgibody.py)."""
@@ -16,6 +18,7 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
 os.environ["DB_CONN_MAX_AGE"] = "0"
+os.environ.setdefault("DB_POOL", "1")
 django_application = get_asgi_application()
 
 from deploy.asgibody import LimitRequestBody  # noqa: E402 (after Django is set up)

@@ -68,14 +68,17 @@ MIDDLEWARE = [
     "deploy.debugpage.debug_page_local_only",
     "deploy.middleware.api_input_guard",
     "deploy.middleware.ServiceUnavailableMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, CSRF, Django's user and messages serve the admin: the Browser* ones are
+    # Django's own, passed by on /api/ and /v1/ (deploy/middleware.py), where a bearer
+    # key authenticates.
+    "deploy.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "deploy.middleware.BrowserCsrfViewMiddleware",
+    "deploy.middleware.BrowserAuthenticationMiddleware",
+    "deploy.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Admin login lockout (django-axes): answers the lockout page for a locked login.
-    "axes.middleware.AxesMiddleware",
+    "axes.middleware.AxesMiddleware",  # (by name: axes checks it; a look only)
     # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
     "deploy.throttling.RateLimitHeadersMiddleware",
 ]
@@ -108,9 +111,26 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        # A reused connection is checked (SELECT 1) once per request or task, so one
+        # the database dropped (a restart) is replaced instead of failing the next
+        # request or task. Kept (issue 16): the web server as deployed (ASGI,
+        # deploy/asgi.py) closes Django's connection at each request's end
+        # (DB_CONN_MAX_AGE=0), so this never runs there; its kept connections
+        # (deploy/db/base.py) are checked on their socket instead, without a round
+        # trip. It runs where Django's connections persist (Celery workers, a WSGI
+        # server), where it saves a failed task after a restart.
         conn_health_checks=True,
     )
 }
+# The web server under ASGI (deploy/asgi.py sets DB_POOL=1) keeps this process's idle
+# PostgreSQL connections for the next request instead of opening one per request
+# (deploy/db/base.py): at most DB_POOL_IDLE, none older than DB_POOL_IDLE_SECONDS.
+DB_POOL_IDLE = int(os.environ.get("DB_POOL_IDLE", "8"))
+DB_POOL_IDLE_SECONDS = float(os.environ.get("DB_POOL_IDLE_SECONDS", "60"))
+if os.environ.get("DB_POOL") == "1" and DATABASES["default"]["ENGINE"] == (
+    "django.db.backends.postgresql"
+):
+    DATABASES["default"]["ENGINE"] = "deploy.db"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Web, worker and beat share one file in the quick start. A transaction that
@@ -137,7 +157,8 @@ CACHE_URL = os.environ.get("CACHE_URL") or (
     else ""
 )
 if CACHE_URL.startswith(("redis://", "rediss://")):
-    _cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    # Django's Redis cache, one redis-py client per pool (deploy/cache.py).
+    _cache = {"BACKEND": "deploy.cache.RedisCache", "LOCATION": CACHE_URL}
 elif CACHE_URL.startswith("locmem://"):
     _cache = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 elif CACHE_URL and not CACHE_URL.startswith("file://"):
@@ -244,6 +265,12 @@ _tokens = os.environ.get("API_TOKENS_PER_MINUTE", "2000000").strip().lower()
 if _tokens not in {"", "0", "off", "none"} and not _tokens.isdigit():
     raise RuntimeError("API_TOKENS_PER_MINUTE must be a whole number of tokens or off")
 API_TOKENS_PER_MINUTE = int(_tokens) if _tokens.isdigit() and int(_tokens) > 0 else None
+
+# How long a process keeps a valid API key's lookup (routing.accounts.keys): a revoked
+# or deleted key, or a changed account, is refused at once by the process that made the
+# change and within this many seconds by every other (about a second with a shared
+# cache). 0: every request reads the key from the database.
+API_KEY_CACHE_SECONDS = float(os.environ.get("API_KEY_CACHE_SECONDS", "5"))
 # Reverse proxies in front of the service that append the client to X-Forwarded-For;
 # 0: the client is REMOTE_ADDR and X-Forwarded-For is ignored (it could be forged).
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))

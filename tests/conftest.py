@@ -5,6 +5,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from catalog.loader import catalog_load
+from routing.accounts.keys import clear_key_memo
 from routing.core import dispatch
 from routing.quota import clear_scopes
 from routing.router.snapshot import clear_pool_loads, clear_snapshot
@@ -49,6 +50,7 @@ def fresh_process_caches(settings):
     clear_snapshot()
     clear_pool_loads()
     clear_scopes()
+    clear_key_memo()
     yield
 
 

@@ -5,7 +5,8 @@ Redis (broker and shared cache); clients spread their requests over both instanc
 - A package's limit holds: what is charged never exceeds it, whichever instance took
   the work, and no job is run or charged twice (ledger_check passes).
 - Rate limits hold across both instances: the requests (and tokens) accepted in a
-  minute are the account's limit, not twice it.
+  minute are the account's limit, not twice it (a limit changed with plain SQL counts
+  once the key-to-account memo's bound, API_KEY_CACHE_SECONDS, has passed).
 - A retirement made through the first instance's admin ("Retire now") is refused by
   both instances on their next request, though both had just quoted the model from
   their catalog memo.
@@ -89,6 +90,7 @@ def replicas(servers):
         API_THROTTLE_RATE="100000/min",
         API_THROTTLE_WRITE_RATE="off",
         API_TOKENS_PER_MINUTE="off",
+        API_KEY_CACHE_SECONDS=KEY_MEMO_SECONDS,
     )
     run_manage(env, "migrate", "--noinput")
     run_manage(env, "loadcatalog")
@@ -125,6 +127,16 @@ def sql(r, statement: str, params=()):
     with r["pg"].cursor() as cur:
         cur.execute(statement, params)
     r["pg"].commit()
+
+
+# The key-to-account memo's bound (routing.accounts.keys): an account changed with plain
+# SQL (no signal, no shared generation) is seen by every instance within it.
+KEY_MEMO_SECONDS = 2
+
+
+def account_changed_by_sql(r, statement: str, params=()):
+    sql(r, statement, params)
+    time.sleep(KEY_MEMO_SECONDS + 0.5)
 
 
 def spread(r, key: str, n: int, method: str, path: str, body=None, threads: int = 8):
@@ -185,7 +197,7 @@ def test_a_packages_limit_holds_across_replicas_and_nothing_is_charged_twice(rep
 
 def test_rate_limits_hold_across_both_instances(replicas):
     r, key = replicas, replicas["keys"]["limited"]
-    sql(
+    account_changed_by_sql(
         r,
         "UPDATE routing_account SET requests_per_minute = 20, tokens_per_minute = 15000 "
         "WHERE name = 'limited'",
@@ -203,7 +215,9 @@ def test_rate_limits_hold_across_both_instances(replicas):
             assert headers["x-ratelimit-remaining-requests"] == "0"
 
     # Tokens: 3000 a job, 15000 a minute -> five jobs, from whichever instance.
-    sql(r, "UPDATE routing_account SET requests_per_minute = NULL WHERE name = 'limited'")
+    account_changed_by_sql(
+        r, "UPDATE routing_account SET requests_per_minute = NULL WHERE name = 'limited'"
+    )
     away_from_a_minute_boundary()
     answers = spread(r, key, 12, "POST", "/api/v1/jobs", SMALL)
     accepted = [body["id"] for code, _, body in answers if code == 202]

@@ -1,18 +1,119 @@
 """API keys: created once (the raw key is returned a single time), stored as SHA-256,
 revocable. Keys are 256-bit random tokens, so a fast unsalted hash is enough: nobody
-can brute-force the preimage, and lookup stays one indexed query."""
+can brute-force the preimage, and lookup stays one indexed query.
+
+Key-to-account memo (issue 16). Every client request authenticates, so each process
+keeps what a valid key's lookup read (the key and its account) for
+settings.API_KEY_CACHE_SECONDS (default 5; 0: no memo), keyed by the key's SHA-256,
+never the raw key; only valid keys are kept (an unknown or revoked key is read again
+each time), at most MEMO_MAX_ENTRIES. Bounds:
+
+- in the process that revokes a key, deletes it, or changes or deletes its account
+  (`api_key_revoke`, the admin's revoke action, any save or delete of a key or an
+  account): at once;
+- in every other process (other workers, other replicas): within
+  API_KEY_CACHE_SECONDS at the latest, whatever happens. With a shared cache the
+  change also bumps the shared generation "api-keys" (routing.core.shared), which each
+  process reads at most once a second (GENERATION_CHECK_SECONDS): in practice within
+  about a second. A key revoked with a plain SQL UPDATE (no signal) is within the
+  TTL bound only.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import secrets
+import threading
+import time
 
+from django.conf import settings
 from django.db import connection
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
+from routing.core import shared
 from routing.core.sql import as_utc
 from routing.models import Account, ApiKey
+
+# --- The key-to-account memo ----------------------------------------------------------
+GENERATION = "api-keys"
+GENERATION_CHECK_SECONDS = 1.0
+MEMO_MAX_ENTRIES = 10_000
+# digest -> (expires at, monotonic; the row as _AUTH_SQL reads it, last_used_at in UTC)
+_memo: dict[str, tuple[float, tuple]] = {}
+# "forgotten" counts forget_keys calls: a lookup that raced with one does not keep its row.
+_memo_state = {"generation": None, "checked_at": -1e9, "forgotten": 0}
+_memo_lock = threading.Lock()
+
+
+def memo_seconds() -> float:
+    return float(getattr(settings, "API_KEY_CACHE_SECONDS", 5) or 0)
+
+
+def forget_keys(*, digests=(), account_id: int | None = None, everywhere: bool = True) -> None:
+    """Drop memo entries now (the keys with these hashes, or every key of the account),
+    and, `everywhere`, bump the shared generation so other processes drop theirs."""
+    with _memo_lock:
+        _memo_state["forgotten"] += 1
+        for digest in digests:
+            _memo.pop(digest, None)
+        if account_id is not None:
+            for digest, (_, row) in list(_memo.items()):
+                if row[6] == account_id:
+                    _memo.pop(digest, None)
+    if everywhere:
+        shared.bump(GENERATION)
+
+
+def clear_key_memo(**_kwargs) -> None:
+    """Drop this process's whole memo (tests; a new generation seen)."""
+    with _memo_lock:
+        _memo.clear()
+        _memo_state.update(generation=None, checked_at=-1e9)
+        _memo_state["forgotten"] += 1
+
+
+def _on_key_change(sender, instance: ApiKey, **_kwargs) -> None:
+    forget_keys(digests=[instance.key_hash])
+
+
+def _on_account_change(sender, instance: Account, **_kwargs) -> None:
+    forget_keys(account_id=instance.pk)
+
+
+post_save.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-save")
+post_delete.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-delete")
+post_save.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-save")
+post_delete.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-delete")
+
+
+def _memo_get(digest: str, ttl: float) -> tuple | None:
+    now = time.monotonic()
+    if now - _memo_state["checked_at"] >= min(GENERATION_CHECK_SECONDS, ttl):
+        gen = shared.generation(GENERATION)  # None (cache away): the TTL alone bounds
+        with _memo_lock:
+            if gen is not None and gen != _memo_state["generation"]:
+                _memo.clear()
+                _memo_state["generation"] = gen
+            _memo_state["checked_at"] = now
+    entry = _memo.get(digest)
+    if entry is None:
+        return None
+    if entry[0] <= now:
+        _memo.pop(digest, None)
+        return None
+    return entry[1]
+
+
+def _memo_put(digest: str, row: tuple, ttl: float, read_at: float, forgotten: int) -> None:
+    with _memo_lock:
+        if _memo_state["forgotten"] != forgotten:
+            return  # a key or account changed while the row was read: not kept
+        if len(_memo) >= MEMO_MAX_ENTRIES:
+            _memo.clear()
+        _memo[digest] = (read_at + ttl, row)
+
 
 KEY_PREFIX = "mlr_"
 # Writing last_used_at on every request would make every read a write.
@@ -30,10 +131,13 @@ def api_key_create(*, account: Account, name: str = "default") -> tuple[ApiKey, 
 
 
 def api_key_revoke(*, key: ApiKey, at: dt.datetime | None = None) -> ApiKey:
+    """Revoke the key: refused at once in this process, within the memo's bound in
+    every other (module docstring)."""
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(
         revoked_at=at or timezone.now()
     )
     key.refresh_from_db()
+    forget_keys(digests=[key.key_hash])
     return key
 
 
@@ -52,14 +156,23 @@ _AUTH_SQL = (
 
 
 def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
-    row = None
-    if raw:
-        digest = hash_key(raw)
+    """The valid key `raw` names, with its account (KeyRejected if none): from this
+    process's memo while it holds (module docstring), else one query."""
+    if not raw:
+        raise KeyRejected("Invalid API key.")
+    digest = hash_key(raw)
+    ttl = memo_seconds()
+    row = _memo_get(digest, ttl) if ttl > 0 else None
+    if row is None:
+        read_at, forgotten = time.monotonic(), _memo_state["forgotten"]
         with connection.cursor() as cur:
             cur.execute(_AUTH_SQL, [digest])
             row = cur.fetchone()
-    if row is None:
-        raise KeyRejected("Invalid API key.")
+        if row is None:
+            raise KeyRejected("Invalid API key.")
+        row = (*row[:4], as_utc(row[4]), *row[5:])
+        if ttl > 0 and row[5] is None:  # only valid keys are kept
+            _memo_put(digest, row, ttl, read_at, forgotten)
     (
         kid,
         name,
@@ -98,4 +211,8 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
     at = at or timezone.now()
     if key.last_used_at is None or at - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=at)
+        with _memo_lock:
+            entry = _memo.get(digest)
+            if entry is not None:  # the memo's row knows the new last use (same expiry)
+                _memo[digest] = (entry[0], (*row[:4], at, *row[5:]))
     return key

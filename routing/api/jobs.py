@@ -21,6 +21,7 @@ from routing.api.base import (
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.serializers import JobRequestSerializer, JobSerializer
 from routing.api.shapes import job_json
+from routing.api.validation import job_request_validator
 from routing.jobs.cancel import job_cancel
 from routing.jobs.submit import job_submit
 from routing.models import Job
@@ -80,9 +81,7 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
     )
     def post(self, request):
         key = idempotency_key_of(request)
-        ser = JobRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = dict(ser.validated_data)
+        data = job_request_validator().validate(request.data)
         prompt = data.pop("prompt", "")
         with domain_problems(request, model=data["model"]):
             sub = job_submit(

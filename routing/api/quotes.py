@@ -11,6 +11,7 @@ from routing.api.base import ClientAPIView, client_deprecation_headers
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems, quote_refused
 from routing.api.serializers import QuoteSerializer, RouteRequestSerializer
 from routing.api.shapes import quote_json
+from routing.api.validation import route_request_validator
 from routing.router.quotes import Quote, quote_build, route_request_from
 
 
@@ -29,9 +30,7 @@ class QuoteView(ClientAPIView):
         responses={200: QuoteSerializer, **PROBLEM_RESPONSES},
     )
     def post(self, request):
-        ser = RouteRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
+        data = route_request_validator().validate(request.data)
         with domain_problems(request, model=data["model"]):
             quote = quote_build(
                 account=self.account,

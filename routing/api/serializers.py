@@ -10,6 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from routing.api.validation import route_request_problems
 from routing.batches.params import ENDPOINTS
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
@@ -86,20 +87,9 @@ class RouteRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(str(exc)) from None
 
     def validate(self, attrs):
-        total = attrs["input_tokens"] + attrs["output_tokens"]
-        if total > MAX_TASK_TOKENS:
-            raise serializers.ValidationError(
-                {
-                    "output_tokens": f"input_tokens + output_tokens is {total}; at most "
-                    f"{MAX_TASK_TOKENS} (larger than any context window)."
-                }
-            )
-        if attrs["output_tokens"] < attrs["turns"]:
-            raise serializers.ValidationError(
-                {
-                    "output_tokens": f"must be at least `turns` ({attrs['turns']}): each turn answers."
-                }
-            )
+        problems = route_request_problems(attrs)  # one rule for this and the plain path
+        if problems:
+            raise serializers.ValidationError(problems)
         return attrs
 
 

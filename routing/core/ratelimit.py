@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from django.core.cache import cache
+from django.core.cache.backends.redis import RedisCacheClient
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
@@ -80,12 +81,12 @@ def now() -> float:
 
 
 def _redis():
-    """The redis-py client behind Django's RedisCache, None for other backends."""
+    """The redis-py client behind Django's RedisCache, None for other backends.
+    (`cache` is Django's proxy to the backend: its own type names no backend.)"""
     backend = getattr(cache, "_cache", None)
-    get_client = getattr(backend, "get_client", None)
-    if get_client is None or not type(cache).__name__.startswith("RedisCache"):
+    if not isinstance(backend, RedisCacheClient):
         return None
-    return get_client(None, write=True)
+    return backend.get_client(None, write=True)
 
 
 def take(counters: list[tuple[Counter, int]], at: float | None = None) -> Taken:
