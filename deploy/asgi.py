@@ -5,9 +5,8 @@
 Under ASGI Django keeps a request's database connection in that request's context,
 so a persistent connection (CONN_MAX_AGE > 0) is never reused by the next request and
 only piles up: the web process closes connections at the end of each request
-(Celery workers, started separately, keep theirs). On PostgreSQL a closed connection
-that is clean goes back to a short per-process list and serves a later request
-(DB_POOL=1, deploy/db/base.py), rather than opening one per request.
+(Celery workers, started separately, keep theirs). On PostgreSQL the connections come
+from Django's connection pool (DB_POOL=1, settings.py) rather than one opened per request.
 
 A body larger than anything the service accepts is refused before it is read
 (deploy/asgibody.py)."""

@@ -111,26 +111,26 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
-        # A reused connection is checked (SELECT 1) once per request or task, so one
-        # the database dropped (a restart) is replaced instead of failing the next
-        # request or task. Kept (issue 16): the web server as deployed (ASGI,
-        # deploy/asgi.py) closes Django's connection at each request's end
-        # (DB_CONN_MAX_AGE=0), so this never runs there; its kept connections
-        # (deploy/db/base.py) are checked on their socket instead, without a round
-        # trip. It runs where Django's connections persist (Celery workers, a WSGI
-        # server), where it saves a failed task after a restart.
+        # A reused connection is checked (one empty query) before it serves a request or
+        # a task (or when the pool hands it out), so one the database dropped (a restart)
+        # is replaced instead of failing the next request or task.
         conn_health_checks=True,
     )
 }
-# The web server under ASGI (deploy/asgi.py sets DB_POOL=1) keeps this process's idle
-# PostgreSQL connections for the next request instead of opening one per request
-# (deploy/db/base.py): at most DB_POOL_IDLE, none older than DB_POOL_IDLE_SECONDS.
-DB_POOL_IDLE = int(os.environ.get("DB_POOL_IDLE", "8"))
-DB_POOL_IDLE_SECONDS = float(os.environ.get("DB_POOL_IDLE_SECONDS", "60"))
+# The web server under ASGI (deploy/asgi.py sets DB_POOL=1) cannot keep a connection
+# across requests (CONN_MAX_AGE is 0 there), so it takes them from Django's connection
+# pool (psycopg_pool) instead of opening one per request (~5-10 ms): per process at
+# most DB_POOL_MAX, idle ones closed after DB_POOL_IDLE_SECONDS.
 if os.environ.get("DB_POOL") == "1" and DATABASES["default"]["ENGINE"] == (
     "django.db.backends.postgresql"
 ):
-    DATABASES["default"]["ENGINE"] = "deploy.db"
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": int(os.environ.get("DB_POOL_MIN", "1")),
+        "max_size": int(os.environ.get("DB_POOL_MAX", "16")),
+        "max_idle": float(os.environ.get("DB_POOL_IDLE_SECONDS", "60")),
+        "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "10")),
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Web, worker and beat share one file in the quick start. A transaction that

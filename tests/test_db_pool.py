@@ -1,37 +1,45 @@
-"""deploy.db (PostgreSQL, the web server under ASGI): a connection Django closes at a
-request's end is kept and serves the next request if it is clean; one the server closed
-(a restart, a terminated backend), one left in a transaction or after an error is
-dropped, and the next request gets a fresh connection that works."""
+"""The web server under ASGI takes its PostgreSQL connections from Django's connection
+pool (psycopg_pool; DB_POOL=1, deploy/settings.py): a connection Django closes at a
+request's end goes back to the pool and serves the next request; one the server
+closed (a restart, a terminated backend) is found out by the pool's check and
+replaced, so the next request gets a connection that works."""
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-import psycopg
 import pytest
 from django.db import connection, connections
 
-from deploy.db import base as pool
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def wrapper(on_postgres, settings):
-    settings.DB_POOL_IDLE = 8
-    settings.DB_POOL_IDLE_SECONDS = 60
-    pool.close_idle()
+def pooled(on_postgres):
+    """A second connection to the test database configured as deploy/settings.py does
+    under DB_POOL=1 (its own alias, so its own pool)."""
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
     made = []
 
-    def make():
+    def make(**pool):
         s = copy.deepcopy(connections["default"].settings_dict)
-        s["ENGINE"] = "deploy.db"
-        w = pool.DatabaseWrapper(s, alias="pool-test")
+        s["CONN_MAX_AGE"] = 0
+        s["CONN_HEALTH_CHECKS"] = True
+        s["OPTIONS"] = {**s.get("OPTIONS", {}), "pool": {"min_size": 0, "max_size": 4, **pool}}
+        w = DatabaseWrapper(s, alias="pool-test")
         made.append(w)
         return w
 
     yield make
     for w in made:
         w.close()
-    pool.close_idle()
+    if made:
+        made[0].close_pool()
 
 
 def backend_pid(w) -> int:
@@ -45,44 +53,31 @@ def terminate(pid: int) -> None:
         cur.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
-def test_a_clean_connection_serves_the_next_request(wrapper):
-    first = wrapper()
+def test_a_closed_connection_serves_the_next_request(pooled):
+    first = pooled()
     pid = backend_pid(first)
-    first.close()
-    assert pool.idle_count() == 1
-    second = wrapper()
-    assert backend_pid(second) == pid and pool.idle_count() == 0
+    first.close()  # a request's end
+    second = pooled()
+    assert backend_pid(second) == pid
 
 
-def test_a_connection_the_server_closed_is_replaced(wrapper):
-    first = wrapper()
+def test_a_connection_the_server_closed_is_replaced(pooled):
+    first = pooled()
     pid = backend_pid(first)
     first.close()
-    terminate(pid)  # what a database restart does to every kept connection
-    second = wrapper()
+    terminate(pid)  # what a database restart does to every pooled connection
+    second = pooled()
     assert backend_pid(second) != pid  # no error: a fresh connection
 
 
-def test_a_connection_in_a_transaction_or_after_an_error_is_not_kept(wrapper):
-    w = wrapper()
-    w.ensure_connection()
-    w.connection.autocommit = False
-    w.connection.execute("SELECT 1")  # a transaction left open
-    w.close()
-    assert pool.idle_count() == 0
-    w = wrapper()
-    with pytest.raises(Exception), w.cursor() as cur:  # noqa: B017 - any database error
-        cur.execute("SELECT no_such_column FROM no_such_table")
-    w.close()
-    assert pool.idle_count() == 0
-
-
-def test_at_most_the_idle_limit_is_kept(wrapper, settings):
-    settings.DB_POOL_IDLE = 2
-    ws = [wrapper() for _ in range(3)]
-    for w in ws:
-        w.ensure_connection()
-    for w in ws:
-        w.close()
-    assert pool.idle_count() == 2
-    assert all(isinstance(c, psycopg.Connection) for v in pool._idle.values() for _, c in v)
+def test_the_asgi_settings_turn_the_pool_on(on_postgres):
+    env = {**os.environ, "DB_POOL": "1", "DATABASE_URL": os.environ["DATABASE_URL"]}
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'deploy.settings');"
+        "django.setup(); from django.db import connection as c;"
+        "print(c.settings_dict['CONN_MAX_AGE'], bool(c.pool))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["0", "True"]
