@@ -129,7 +129,12 @@ if os.environ.get("DB_POOL") == "1" and DATABASES["default"]["ENGINE"] == (
         "min_size": int(os.environ.get("DB_POOL_MIN", "1")),
         "max_size": int(os.environ.get("DB_POOL_MAX", "16")),
         "max_idle": float(os.environ.get("DB_POOL_IDLE_SECONDS", "60")),
-        "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "10")),
+        # How long a request waits for a connection (then 503, as with the database away).
+        "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "5")),
+        # A failed connection attempt is retried with backoff for this long, then a new
+        # request starts a fresh attempt: after a database restart the pool is serving
+        # again within about this long (the default, 300 s, backs off to 30 s and more).
+        "reconnect_timeout": float(os.environ.get("DB_POOL_RECONNECT_SECONDS", "2")),
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
