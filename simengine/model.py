@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import SimEngineError
 
 # Expert layout assumed for an MoE whose expert counts are not given: DeepSeek-style
@@ -118,12 +120,14 @@ class ModelSpec:
         """Weight bytes streamed by one decode step of ``batch`` tokens.
 
         Dense: every weight. MoE: shared weights plus the distinct experts the batch
-        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing).
+        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing). ``batch`` may be an
+        array (one figure per element).
         """
         if not self.is_moe:
             return self.weight_bytes
         experts, k = self.expert_layout
-        touched = 1.0 - (1.0 - k / experts) ** max(batch, 1.0)
+        at_least_one = np.maximum(batch, 1.0) if isinstance(batch, np.ndarray) else max(batch, 1.0)
+        touched = 1.0 - (1.0 - k / experts) ** at_least_one
         return (self.shared_params + self.expert_params * touched) * self.bytes_per_param
 
     def kv_bytes(self, tokens: float) -> float:
