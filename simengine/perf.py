@@ -660,6 +660,8 @@ class _Turns:
     token_w: np.ndarray  # (turns, 4)
     tokens: _Points
     chunk_steps: _Points
+    first_ctx: float  # ctx[0] and chunks[0] as Python floats (the hot path reads them)
+    first_chunks: float
 
 
 def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
@@ -690,6 +692,8 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         token_w,
         _Points.of(token_x, token_w),
         _Points.of(ctx, chunks - 1.0),
+        float(ctx[0]),
+        float(chunks[0]),
     )
 
 
@@ -787,9 +791,8 @@ def _service_profile(
     generation = n * overhead + pre_sum + producing + chunked + agent_term * n
     # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode steps
     # on a GPU) + the first token. Nothing of the agent's per-turn term.
-    ctx0 = turns.token_x[0, 0]
-    step0 = line.at(ctx0)
-    first_ttft = overhead + pre_first + step0 + per_token + extra + (turns.chunks[0] - 1) * step0
+    step0 = line.at(turns.first_ctx)
+    first_ttft = overhead + pre_first + step0 + per_token + extra + (turns.first_chunks - 1) * step0
     if s.hw.kind == "gpu":
         per_replica = max(1, int(cap or 1))
     else:
@@ -803,7 +806,7 @@ def _service_profile(
         agent_term,
         producing,
         round_trip,
-        float(first_ttft),
+        first_ttft,
         generation,
         agent_term * n,
         generation / n,
