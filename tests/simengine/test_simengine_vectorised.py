@@ -9,6 +9,7 @@ deployments (GPU and wafer, prompt caching on and off, 1..200 turns, loads or no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -140,3 +141,41 @@ def test_weighted_sum_equals_the_sum_point_by_point(seed):
         line = perf._StepLine(m0, m1, f0, f1, rng.uniform(0, 1e-3))
         direct = math.fsum((w * line.at(x)).tolist())
         assert _close(line.weighted_sum(perf._Points.of(x, w)), direct)
+
+
+def _without_turns(pred) -> dict:
+    data = pred.to_dict()
+    del data["turns"]
+    return data
+
+
+def test_the_per_batch_memo_answers_as_the_full_profile():
+    # The router's warm path reads a (model, deployment, task, batch) memo of small
+    # totals; a hit, a miss and the full profile (breakdown) give the same prediction,
+    # field by field, for equal objects that are not the same objects.
+    rng = random.Random(61)
+    perf._default_totals.cache_clear()
+    checked = 0
+    for _ in range(150):
+        model, deployment, task, load, _ = _random_case(rng)
+        try:
+            full = predict(model, deployment, task, load=load)
+        except SimEngineError:
+            continue
+        misses = perf._default_totals.cache_info().misses
+        cold = predict(model, deployment, task, load=load, breakdown=False)
+        assert perf._default_totals.cache_info().misses == misses + 1
+        twin = tuple(dataclasses.replace(x) for x in (model, deployment, task))
+        assert twin[2] is not task
+        hits = perf._default_totals.cache_info().hits
+        warm = predict(*twin, load=load, breakdown=False)
+        assert perf._default_totals.cache_info().hits == hits + 1
+        assert _without_turns(cold) == _without_turns(full) == _without_turns(warm)
+        # another load on the same (model, deployment, task): another batch, its own entry
+        other = rng.uniform(0.0, 0.97)
+        assert _without_turns(predict(*twin, load=other, breakdown=False)) == _without_turns(
+            predict(model, deployment, task, load=other)
+        )
+        checked += 1
+    assert checked >= 50
+    assert perf._default_totals.cache_info().maxsize == 262_144
