@@ -36,7 +36,7 @@ import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HardwareProfile
-from .model import ModelSpec
+from .model import HashOnce, ModelSpec, hash_once
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
@@ -55,8 +55,9 @@ def _positive_int(value: Any, name: str, minimum: int = 0) -> int:
     return value
 
 
+@hash_once
 @dataclass(frozen=True)
-class Deployment:
+class Deployment(HashOnce):
     """Where and how a model is served.
 
     ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
@@ -85,8 +86,9 @@ class Deployment:
             _positive_int(self.nodes_per_replica, "nodes_per_replica", 1)
 
 
+@hash_once
 @dataclass(frozen=True)
-class TaskProfile:
+class TaskProfile(HashOnce):
     """An agent task: ``turns`` model calls with tool calls in between.
 
     ``input_tokens`` is the first prompt; ``output_tokens`` the output over all turns

@@ -179,3 +179,19 @@ def test_the_per_batch_memo_answers_as_the_full_profile():
         checked += 1
     assert checked >= 50
     assert perf._default_totals.cache_info().maxsize == 262_144
+
+
+def test_cache_keys_hash_once_by_their_fields():
+    # ModelSpec, Deployment and TaskProfile keep their hash after the first call; it is
+    # the fields' hash (equal objects hash alike), invisible to vars() and not pickled.
+    import pickle
+
+    for obj in (MODELS[0], Deployment("h200", 64, "flex"), TaskProfile(100, 20, turns=2)):
+        fields = tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+        assert hash(obj) == hash(fields) == hash(dataclasses.replace(obj))
+        assert "_field_hash" not in vars(obj)
+        data = pickle.dumps(obj)
+        assert b"_field_hash" not in data and pickle.loads(data) == obj
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj._field_hash = 0
+    assert Deployment("h200", 64, "flex") != Deployment("h200", 64, "standard")
