@@ -106,10 +106,17 @@ class TaskProfile(HashOnce):
     prompt_caching: bool = True
 
     def __post_init__(self) -> None:
-        _positive_int(self.input_tokens, "input_tokens", 1)
-        _positive_int(self.output_tokens, "output_tokens", 1)
-        _positive_int(self.turns, "turns", 1)
-        _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
+        i, o, n, r = self.input_tokens, self.output_tokens, self.turns, self.tool_result_tokens
+        # Plain ints at their minimums pass as they are (one task per routed request);
+        # anything else is checked one by one, for the first error's message.
+        if not (
+            type(i) is int and type(o) is int and type(n) is int and type(r) is int
+            and i >= 1 and o >= 1 and n >= 1 and r >= 0
+        ):  # fmt: skip
+            _positive_int(self.input_tokens, "input_tokens", 1)
+            _positive_int(self.output_tokens, "output_tokens", 1)
+            _positive_int(self.turns, "turns", 1)
+            _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
         if self.output_tokens < self.turns:
             raise SimEngineError(
                 f"output_tokens ({self.output_tokens}) must be >= turns ({self.turns})"
@@ -905,7 +912,8 @@ def predict(
     Raises SimEngineError for load >= 1, a task that outgrows the context window,
     unknown device/tier/transport/software, or a model that does not fit the pool.
     """
-    if load is not None:
+    # A float in [0, 1) is valid as it is (the router's case); anything else is checked.
+    if load is not None and not (type(load) is float and 0.0 <= load < 1.0):
         if isinstance(load, bool) or not isinstance(load, (int, float)) or not math.isfinite(load):
             raise SimEngineError(f"load must be a number in [0, 1), got {load!r}")
         if load < 0 or load >= 1:
