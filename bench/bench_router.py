@@ -13,9 +13,10 @@ same run. Rows:
   (a) first sight: every decision a task shape never seen (its turn table and prefill
       computed cold; the deployments resolved once before);
   (b) warm: a pass after a full warm-up pass over the same requests; "cold" counts the
-      engine cache misses during the measured pass (should be 0);
-  (c) steady state: engine caches emptied, then random shapes from K (cold misses
-      included, counted);
+      engine cache misses during the measured pass (should be 0), "memo-miss" the
+      per-batch memo's (model, deployment, task, decode batch) misses (should be 0);
+  (c) steady state: engine caches and the memo emptied, then random shapes from K
+      with random loads (cold misses and memo misses included, counted);
   (d) the catalog cliff: (b) at 50 / 200 / 500 models.
 Goals (issue 16): (a), (b) >= 20,000 decisions/s; (d) at 200 and 500 models >= 15,000.
 Not a test: nothing is asserted.
@@ -138,9 +139,15 @@ def cold_count() -> int:
     return sum(c.cache_info().misses for c in ENGINE_CACHES)
 
 
+def memo_misses() -> int:
+    """Misses of the per-batch memo (model, deployment, task, decode batch) so far."""
+    return perf._default_totals.cache_info().misses
+
+
 def clear_task_caches() -> None:
     perf._default_turns.cache_clear()
     perf._default_prefill.cache_clear()
+    perf._default_totals.cache_clear()
 
 
 def make_work(models, shapes, n, rng):
@@ -153,16 +160,17 @@ def make_work(models, shapes, n, rng):
     return work
 
 
-def timed(work) -> tuple[float, float, int, dict]:
-    """(router decisions/s, price-only decisions/s, cold misses, outcomes) over ``work``."""
+def timed(work) -> tuple[float, float, tuple[int, int], dict]:
+    """(router decisions/s, price-only decisions/s, (cold misses, memo misses), outcomes)
+    over ``work``."""
     outcomes: dict[str, int] = {}
-    cold0 = cold_count()
+    cold0, memo0 = cold_count(), memo_misses()
     t0 = time.perf_counter()
     for model, req, loads in work:
         d = route(req, models=[model], packages=PACKAGES, loads=loads, now=NOW)
         outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
     rate = len(work) / (time.perf_counter() - t0)
-    cold = cold_count() - cold0
+    cold = (cold_count() - cold0, memo_misses() - memo0)
     t0 = time.perf_counter()
     for model, req, _ in work:
         price_only(model, req)
@@ -235,12 +243,19 @@ def main() -> None:
         f"{len(TIERS)} tiers a model; K={args.shapes} task shapes; {args.decisions:,} decisions "
         f"a warm/steady run, {args.first:,} a first-sight run; median [min-max] of {args.runs}"
     )
-    print(f"{'':38} {'router decisions/s':>24} {'price-only decisions/s':>26} {'ratio':>6} cold")
+    print(
+        f"{'':38} {'router decisions/s':>24} {'price-only decisions/s':>26} {'ratio':>6} "
+        "cold memo-miss"
+    )
     for name, rates, bases, colds in rows:
         ratio = statistics.median(rates) / statistics.median(bases)
-        print(f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {max(colds)}")
+        cold, memo = max(c for c, _ in colds), max(m for _, m in colds)
+        print(f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9}")
     print(f"outcomes of a warm run: {outcomes}")
-    print("engine caches:", {c.__name__: c.cache_info().currsize for c in ENGINE_CACHES})
+    print(
+        "engine caches:",
+        {c.__name__: c.cache_info().currsize for c in (*ENGINE_CACHES, perf._default_totals)},
+    )
 
 
 if __name__ == "__main__":
