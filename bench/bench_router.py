@@ -1,13 +1,25 @@
-"""Router decisions per second, in process, for a catalog of 50 models x 4 tiers.
+"""Router decisions per second, in process, for a catalog of N models x 4 tiers (issue 16).
 
-Usage: .venv/bin/python bench/bench_router.py [--decisions N] [--shapes K]
+Usage: .venv/bin/python bench/bench_router.py [--decisions N] [--shapes K] [--runs R]
+       [--first N] [--cliff 50,200,500] [--quick]
 
-Builds 50 synthetic model versions (architectures varied around the catalog's), each
-with flex/standard/priority on a GPU pool and ultrafast on a wafer pool; sends random
-requests (one of K task shapes, random deadline and pool loads) through the real
-`routing.router.route`, and prints decisions/s. Baseline in the same process: a
-price-only router (the cheapest tier, no prediction), the kind of gateway we replace.
-Goal (issue 4): at least 20,000 decisions/s. Not a test: nothing is asserted.
+Builds synthetic model versions (architectures varied around the catalog's), each with
+flex/standard/priority on a GPU pool and ultrafast on a wafer pool; sends random
+requests (one of K task shapes, random deadline and pool loads: the load sets the GPU
+decode batch) through the real `routing.router.route`, one model per decision. Each
+figure is the median [min-max] of R runs, with the price-only router (the cheapest
+tier, no prediction: the kind of gateway we replace) timed on the same requests in the
+same run. Rows:
+  (a) first sight: every decision a task shape never seen (its turn table and prefill
+      computed cold; the deployments resolved once before);
+  (b) warm: a pass after a full warm-up pass over the same requests; "cold" counts the
+      engine cache misses during the measured pass (should be 0), "memo-miss" the
+      per-batch memo's (model, deployment, task, decode batch) misses (should be 0);
+  (c) steady state: engine caches and the memo emptied, then random shapes from K
+      with random loads (cold misses and memo misses included, counted);
+  (d) the catalog cliff: (b) at 50 / 200 / 500 models.
+Goals (issue 16): (a), (b) >= 20,000 decisions/s; (d) at 200 and 500 models >= 15,000.
+Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import argparse
 import datetime as dt
 import os
 import random
+import statistics
 import sys
 import time
 from decimal import Decimal
@@ -32,6 +45,7 @@ django.setup()
 import simengine  # noqa: E402
 from routing.quota import PackageView  # noqa: E402
 from routing.router.route import ModelOption, RouteRequest, TierOption, route  # noqa: E402
+from simengine import perf  # noqa: E402
 
 NOW = dt.datetime(2026, 12, 2, 12, tzinfo=dt.UTC)
 TIERS = [
@@ -111,79 +125,137 @@ def price_only(model: ModelOption, req: RouteRequest):
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--decisions", type=int, default=100_000)
-    ap.add_argument("--shapes", type=int, default=200)
-    ap.add_argument("--models", type=int, default=50)
-    args = ap.parse_args()
-    rng = random.Random(7)
-    models = catalog(args.models, rng)
-    shapes = requests(args.shapes, rng)
-    packages = [
-        PackageView(
-            1,
-            "main",
-            "all",
-            None,
-            frozenset(),
-            frozenset(),
-            Decimal("1000000"),
-            10,
-            False,
-            None,
-            None,
-            None,
-        )
-    ]
+PACKAGES = [
+    PackageView(
+        1, "main", "all", None, frozenset(), frozenset(), Decimal("1000000"), 10, False,
+        None, None, None,
+    )
+]  # fmt: skip
+ENGINE_CACHES = (perf._default_serve, perf._default_turns, perf._default_prefill)
+
+
+def cold_count() -> int:
+    """Engine cache misses so far (deployments resolved, turn tables, prefill totals)."""
+    return sum(c.cache_info().misses for c in ENGINE_CACHES)
+
+
+def memo_misses() -> int:
+    """Misses of the per-batch memo (model, deployment, task, decode batch) so far."""
+    return perf._default_totals.cache_info().misses
+
+
+def clear_task_caches() -> None:
+    perf._default_turns.cache_clear()
+    perf._default_prefill.cache_clear()
+    perf._default_totals.cache_clear()
+
+
+def make_work(models, shapes, n, rng):
     work = []
-    for _ in range(args.decisions):
+    for i in range(n):
         model = rng.choice(models)
-        req = RouteRequest(deadline_seconds=rng.choice([30, 120, 600, 3600]), **rng.choice(shapes))
-        loads = {p: rng.uniform(0.0, 0.95) for p in range(10)}
-        work.append((model, req, loads))
+        shape = shapes[i] if len(shapes) == n else rng.choice(shapes)
+        req = RouteRequest(deadline_seconds=rng.choice([30, 120, 600, 3600]), **shape)
+        work.append((model, req, {p: rng.uniform(0.0, 0.95) for p in range(10)}))
+    return work
 
-    # Cold: every (model, tier, shape) predicted for the first time.
-    t0 = time.perf_counter()
-    cold = 0
-    seen = set()
-    for model, req, loads in work:
-        key = (model.id, req)
-        if key in seen:
-            continue
-        seen.add(key)
-        route(req, models=[model], packages=packages, loads=loads, now=NOW)
-        cold += 1
-        if cold >= 2000:
-            break
-    cold_rate = cold / (time.perf_counter() - t0)
 
-    t0 = time.perf_counter()
+def timed(work) -> tuple[float, float, tuple[int, int], dict]:
+    """(router decisions/s, price-only decisions/s, (cold misses, memo misses), outcomes)
+    over ``work``."""
     outcomes: dict[str, int] = {}
+    cold0, memo0 = cold_count(), memo_misses()
+    t0 = time.perf_counter()
     for model, req, loads in work:
-        d = route(req, models=[model], packages=packages, loads=loads, now=NOW)
+        d = route(req, models=[model], packages=PACKAGES, loads=loads, now=NOW)
         outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
-    warm = len(work) / (time.perf_counter() - t0)
-
+    rate = len(work) / (time.perf_counter() - t0)
+    cold = (cold_count() - cold0, memo_misses() - memo0)
     t0 = time.perf_counter()
     for model, req, _ in work:
         price_only(model, req)
-    baseline = len(work) / (time.perf_counter() - t0)
+    base = len(work) / (time.perf_counter() - t0)
+    return rate, base, cold, outcomes
+
+
+def fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--decisions", type=int, default=10_000, help="per warm/steady run")
+    ap.add_argument("--shapes", type=int, default=200, help="K task shapes")
+    ap.add_argument("--models", type=int, default=50)
+    ap.add_argument("--first", type=int, default=2_000, help="first-sight decisions per run")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cliff", default="50,200,500", help="catalog sizes for (d)")
+    ap.add_argument("--quick", action="store_true", help="1/5 of the decisions, 2 runs")
+    args = ap.parse_args()
+    if args.quick:
+        args.decisions, args.first, args.runs = args.decisions // 5, args.first // 5, 2
+    rng = random.Random(7)
+    models = catalog(args.models, rng)
+    shapes = requests(args.shapes, rng)
+    rows = []  # (name, rates, baselines, colds)
+
+    def row(name, runs):
+        rates, bases, colds = zip(*[(r, b, c) for r, b, c, _ in runs], strict=True)
+        rows.append((name, list(rates), list(bases), list(colds)))
+
+    # (a) first sight: fresh shapes every decision (deployments already resolved).
+    for m in models:
+        for t in m.tiers:
+            perf._default_serve(m.spec, t.deployment)
+    runs = []
+    for _ in range(args.runs):
+        work = make_work(models, requests(args.first, rng), args.first, rng)
+        runs.append(timed(work))
+    row(f"(a) first sight, {args.models} models", runs)
+
+    # (b) warm and (c) steady state, on the same K shapes.
+    work = make_work(models, shapes, args.decisions, rng)
+    runs = []
+    for _ in range(args.runs):
+        clear_task_caches()
+        timed(work)  # warm-up pass
+        runs.append(timed(work))
+    row(f"(b) warm, {args.models} models", runs)
+    outcomes = runs[-1][3]
+    runs = []
+    for _ in range(args.runs):
+        clear_task_caches()
+        runs.append(timed(make_work(models, shapes, args.decisions, rng)))
+    row(f"(c) steady state from empty, K={args.shapes}", runs)
+
+    # (d) the catalog cliff, warm.
+    for n in [int(x) for x in args.cliff.split(",") if x]:
+        big = catalog(n, random.Random(n))
+        work = make_work(big, shapes, args.decisions, rng)
+        runs = []
+        for _ in range(args.runs):
+            clear_task_caches()
+            timed(work)
+            runs.append(timed(work))
+        row(f"(d) warm, {n} models", runs)
 
     print(
-        f"catalog: {len(models)} models x {len(TIERS)} tiers; {len(shapes)} task shapes; "
-        f"{len(work):,} decisions"
-    )
-    print(f"router, first sight of each (model, shape): {cold_rate:,.0f} decisions/s")
-    print(
-        f"router, steady state:                      {warm:,.0f} decisions/s "
-        f"(goal 20,000/s: {'met' if warm >= 20_000 else 'NOT met'})"
+        f"{len(TIERS)} tiers a model; K={args.shapes} task shapes; {args.decisions:,} decisions "
+        f"a warm/steady run, {args.first:,} a first-sight run; median [min-max] of {args.runs}"
     )
     print(
-        f"baseline price-only choice (no deadline):  {baseline:,.0f} decisions/s "
-        f"(router = {warm / baseline:.2f}x of it)"
+        f"{'':38} {'router decisions/s':>24} {'price-only decisions/s':>26} {'ratio':>6} "
+        "cold memo-miss"
     )
-    print(f"outcomes: {outcomes}")
+    for name, rates, bases, colds in rows:
+        ratio = statistics.median(rates) / statistics.median(bases)
+        cold, memo = max(c for c, _ in colds), max(m for _, m in colds)
+        print(f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9}")
+    print(f"outcomes of a warm run: {outcomes}")
+    print(
+        "engine caches:",
+        {c.__name__: c.cache_info().currsize for c in (*ENGINE_CACHES, perf._default_totals)},
+    )
 
 
 if __name__ == "__main__":

@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import math
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .errors import SimEngineError
 
@@ -17,8 +19,40 @@ DEFAULT_EXPERTS = 256
 DEFAULT_EXPERTS_PER_TOKEN = 8
 
 
+class HashOnce:
+    """Base of a frozen dataclass (not slots) whose hash is computed once per object
+    and kept (the engine's caches hash their key objects on every lookup); apply
+    ``hash_once`` over the dataclass. The hash is kept in a slot: not in ``vars()``,
+    not in the pickled state (string hashes differ between processes)."""
+
+    __slots__ = ("_field_hash",)
+
+
+def hash_once(cls):
+    """Class decorator over a frozen dataclass derived from HashOnce: the dataclass's
+    own hash (the fields' tuple), kept after the first call. Equality and hashing
+    still follow the fields only."""
+    names = tuple(f.name for f in fields(cls) if (f.compare if f.hash is None else f.hash))
+
+    def __hash__(self) -> int:
+        try:
+            return self._field_hash
+        except AttributeError:
+            h = hash(tuple(getattr(self, n) for n in names))
+            object.__setattr__(self, "_field_hash", h)
+            return h
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
+
+
+@hash_once
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(HashOnce):
     """Architecture figures of one model (a mixture of experts when active < total).
 
     ``kv_bytes_per_token`` is summed over all layers (K and V). ``experts`` and
@@ -118,12 +152,14 @@ class ModelSpec:
         """Weight bytes streamed by one decode step of ``batch`` tokens.
 
         Dense: every weight. MoE: shared weights plus the distinct experts the batch
-        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing).
+        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing). ``batch`` may be an
+        array (one figure per element).
         """
         if not self.is_moe:
             return self.weight_bytes
         experts, k = self.expert_layout
-        touched = 1.0 - (1.0 - k / experts) ** max(batch, 1.0)
+        at_least_one = np.maximum(batch, 1.0) if isinstance(batch, np.ndarray) else max(batch, 1.0)
+        touched = 1.0 - (1.0 - k / experts) ** at_least_one
         return (self.shared_params + self.expert_params * touched) * self.bytes_per_param
 
     def kv_bytes(self, tokens: float) -> float:

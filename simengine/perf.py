@@ -23,16 +23,20 @@ only new tokens prefill.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .errors import SimEngineError
 from .hardware import HardwareProfile
-from .model import ModelSpec
+from .model import HashOnce, ModelSpec, hash_once
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
@@ -51,8 +55,9 @@ def _positive_int(value: Any, name: str, minimum: int = 0) -> int:
     return value
 
 
+@hash_once
 @dataclass(frozen=True)
-class Deployment:
+class Deployment(HashOnce):
     """Where and how a model is served.
 
     ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
@@ -81,8 +86,9 @@ class Deployment:
             _positive_int(self.nodes_per_replica, "nodes_per_replica", 1)
 
 
+@hash_once
 @dataclass(frozen=True)
-class TaskProfile:
+class TaskProfile(HashOnce):
     """An agent task: ``turns`` model calls with tool calls in between.
 
     ``input_tokens`` is the first prompt; ``output_tokens`` the output over all turns
@@ -100,10 +106,17 @@ class TaskProfile:
     prompt_caching: bool = True
 
     def __post_init__(self) -> None:
-        _positive_int(self.input_tokens, "input_tokens", 1)
-        _positive_int(self.output_tokens, "output_tokens", 1)
-        _positive_int(self.turns, "turns", 1)
-        _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
+        i, o, n, r = self.input_tokens, self.output_tokens, self.turns, self.tool_result_tokens
+        # Plain ints at their minimums pass as they are (one task per routed request);
+        # anything else is checked one by one, for the first error's message.
+        if not (
+            type(i) is int and type(o) is int and type(n) is int and type(r) is int
+            and i >= 1 and o >= 1 and n >= 1 and r >= 0
+        ):  # fmt: skip
+            _positive_int(self.input_tokens, "input_tokens", 1)
+            _positive_int(self.output_tokens, "output_tokens", 1)
+            _positive_int(self.turns, "turns", 1)
+            _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
         if self.output_tokens < self.turns:
             raise SimEngineError(
                 f"output_tokens ({self.output_tokens}) must be >= turns ({self.turns})"
@@ -216,6 +229,7 @@ class _Served:
     batch_cap: float | None = None  # the tier's batch cap (GPU streams per replica)
     token_line: _StepLine | None = None  # set by _serve
     transport_costs: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set by _serve
+    knobs: _Knobs | None = None  # set by _serve
 
     def p(self, name: str) -> float:
         return self.params.hardware(self.hw.key, self.hw.kind, self.software, name)
@@ -231,6 +245,22 @@ class _Served:
 
 
 _TRANSPORT_NAMES = ("round_trip", "ttft_overhead", "per_token")
+
+
+@dataclass(frozen=True, slots=True)
+class _Knobs:
+    # The parameters a served deployment's per-token and prefill formulas read, looked
+    # up once per deployment (EngineParams lookups are dict work the hot path repeats).
+    eta_mem: float  # GPUs
+    eta_flop: float  # GPUs: eta_flop; wafers: wafer:eta_flop (prefill)
+    allreduce_base: float
+    activation_bytes: float
+    step_overhead: float
+    speculative: float  # tokens-per-step multiplier (1 without speculative decoding)
+    tier_batch: float | None  # GPUs: the tier's batch cap
+    chunk_tokens: float | None  # GPUs: chunked-prefill chunk
+    wafer_pass: float  # wafers: one token through the pipeline
+    wafer_fixed: float
 
 
 def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
@@ -290,8 +320,66 @@ class _StepLine:
     flop1: float
     fixed: float
 
-    def at(self, context: float) -> float:
-        return max(self.mem0 + self.mem1 * context, self.flop0 + self.flop1 * context) + self.fixed
+    def at(self, context):
+        # ``context``: a number or an array of them (one formula for both).
+        mem, flop = self.mem0 + self.mem1 * context, self.flop0 + self.flop1 * context
+        if isinstance(context, np.ndarray):
+            return np.maximum(mem, flop) + self.fixed
+        return max(mem, flop) + self.fixed
+
+    def weighted_sum(self, points: _Points) -> float:
+        """sum_i w_i at(x_i) over sorted weighted points, in O(log n).
+
+        at() is the larger of two lines plus a constant, and the points where the
+        second line wins are one side of where the lines cross: split the sorted
+        points there and each side is (intercept x sum w + slope x sum w x) from the
+        prefix sums. The same value as summing at() point by point (to rounding).
+        """
+        w, wx, n = points.w, points.wx, len(points.x)
+        d0, d1 = self.flop0 - self.mem0, self.flop1 - self.mem1  # flop wins where d0 + d1 x > 0
+        if d1 > 0:
+            k = bisect.bisect_right(points.x, -d0 / d1)  # [0, k): memory, [k, n): compute
+            lo = (self.mem0, self.mem1)
+            hi = (self.flop0, self.flop1)
+        elif d1 < 0:
+            k = bisect.bisect_left(points.x, -d0 / d1)  # [0, k): compute, [k, n): memory
+            lo = (self.flop0, self.flop1)
+            hi = (self.mem0, self.mem1)
+        else:
+            k, lo = n, ((self.flop0, self.flop1) if d0 > 0 else (self.mem0, self.mem1))
+            hi = lo
+        return (
+            lo[0] * w[k]
+            + lo[1] * wx[k]
+            + hi[0] * points.sw[k]
+            + hi[1] * points.swx[k]
+            + self.fixed * w[n]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Points:
+    # Weighted evaluation points, sorted by x, with prefix sums of w and w x and suffix
+    # sums of both (n + 1 each: w[k] = sum of w[:k], sw[k] = sum of w[k:]).
+    x: list[float]
+    w: list[float]
+    wx: list[float]
+    sw: list[float]
+    swx: list[float]
+
+    @classmethod
+    def of(cls, x: np.ndarray, w: np.ndarray) -> _Points:
+        x, w = x.ravel(), w.ravel()
+        order = np.argsort(x, kind="stable")
+        x, w = x[order], w[order]
+        ws, wxs = w.tolist(), (w * x).tolist()
+        return cls(
+            x.tolist(),
+            [0.0, *itertools.accumulate(ws)],
+            [0.0, *itertools.accumulate(wxs)],
+            [*itertools.accumulate(reversed(ws))][::-1] + [0.0],
+            [*itertools.accumulate(reversed(wxs))][::-1] + [0.0],
+        )
 
 
 def _decode_step_line(
@@ -347,52 +435,95 @@ def _wafer_pass(s: _Served) -> float:
     return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s)
 
 
-def _speculative(s: _Served) -> float:
-    if not s.deployment.speculative:
-        return 1.0
-    return s.params.get(f"{s.hw.kind}:speculative_multiplier")
+def _knobs(s: _Served) -> _Knobs:
+    # Looked up in the order the formulas first need them (the first missing one is
+    # the error).
+    get, gpu = s.params.get, s.hw.kind == "gpu"
+    spec = get(f"{s.hw.kind}:speculative_multiplier") if s.deployment.speculative else 1.0
+    if gpu:
+        return _Knobs(
+            eta_mem=s.p("eta_mem"),
+            eta_flop=s.p("eta_flop"),
+            allreduce_base=get("gpu:allreduce_base"),
+            activation_bytes=get("activation_bytes"),
+            step_overhead=get("gpu:step_overhead"),
+            speculative=spec,
+            tier_batch=get(f"tier:{s.deployment.tier}:batch"),
+            chunk_tokens=get("gpu:prefill_chunk_tokens"),
+            wafer_pass=0.0,
+            wafer_fixed=0.0,
+        )
+    return _Knobs(
+        eta_mem=0.0,
+        eta_flop=get("wafer:eta_flop"),
+        allreduce_base=0.0,
+        activation_bytes=get("activation_bytes"),
+        step_overhead=0.0,
+        speculative=spec,
+        tier_batch=None,
+        chunk_tokens=None,
+        wafer_pass=_wafer_pass(s),
+        wafer_fixed=get("wafer:t_fixed"),
+    )
 
 
-def _server_token_seconds(s: _Served, context: float) -> float:
-    """Server-side time per generated token for a stream at ``context`` tokens."""
+def _server_token_seconds(s: _Served, context):
+    """Server-side time per generated token for a stream at ``context`` tokens (a number
+    or an array)."""
     return s.token_line.at(context)
 
 
-def _token_line(s: _Served) -> _StepLine:
-    # The per-token time of a served deployment as a line in the context length,
-    # computed once per deployment (the hot path evaluates it per turn).
-    spec = _speculative(s)
+def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepLine:
+    # The per-token time of a served deployment as a line in the context length, at a
+    # decode batch of ``batch`` streams each holding ``other_context`` (GPUs; a wafer's
+    # line depends on neither).
+    k = s.knobs
+    spec = k.speculative
     if s.hw.kind == "wafer":
         # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
         bw = s.hw.memory_bandwidth * spec
-        fixed = (_wafer_pass(s) + s.params.get("wafer:t_fixed")) / spec
+        fixed = (k.wafer_pass + k.wafer_fixed) / spec
         mem0 = s.model.decode_weight_bytes(1) / bw
         return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, fixed)
     line = _decode_step_line(
         s.model,
         s.hw,
-        batch=float(s.batch or 1),
-        other_context_tokens=s.other_context,
+        batch=float(batch or 1),
+        other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=s.place.pipeline_stages,
-        eta_mem=s.p("eta_mem"),
-        eta_flop=s.p("eta_flop"),
-        allreduce_base=s.params.get("gpu:allreduce_base"),
-        activation_bytes=s.params.get("activation_bytes"),
+        eta_mem=k.eta_mem,
+        eta_flop=k.eta_flop,
+        allreduce_base=k.allreduce_base,
+        activation_bytes=k.activation_bytes,
     )
-    fixed = line.fixed + s.params.get("gpu:step_overhead")
+    fixed = line.fixed + k.step_overhead
     return _StepLine(line.mem0 / spec, line.mem1 / spec, line.flop0 / spec, line.flop1 / spec,
                      fixed / spec)  # fmt: skip
 
 
-def _token_seconds(s: _Served, context: float) -> float:
+def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
+    # (decode batch, the tier's batch cap) of a GPU deployment whose streams hold
+    # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
+    if s.hw.kind != "gpu":
+        return None, None
+    # KV capacity caps the batch at the context the streams actually hold (and at the
+    # planning context); fractional batches are allowed so the fit is smooth.
+    place = s.place
+    kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
+    cap = max(1.0, min(s.knobs.tier_batch, kv_streams))
+    return (cap if batch is None else max(1.0, min(float(batch), cap))), cap
+
+
+def _token_seconds(s: _Served, context):
     # What the client sees per token: server step + per-token transport overhead.
-    return _server_token_seconds(s, context) + s.transport("per_token")
+    return _server_token_seconds(s, context) + s.transport_costs[2]
 
 
-def _prefill_seconds(s: _Served, new: int, cached: int) -> float:
-    """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones."""
-    m = s.model
+def _prefill_seconds(s: _Served, new, cached):
+    """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones (numbers, or
+    arrays of them: one prefill per element)."""
+    m, k = s.model, s.knobs
     # Causal attention over the cached prefix and the new tokens themselves.
     flops = 2 * m.active_params_prefill * new + 2 * m.layers * m.hidden_size * (
         new * new + 2 * new * cached
@@ -402,17 +533,19 @@ def _prefill_seconds(s: _Served, new: int, cached: int) -> float:
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
         share = max(s.place.layers_per_stage) / m.layers
-        return flops * share / (peak * s.params.get("wafer:eta_flop")) + _wafer_pass(s)
+        return flops * share / (peak * k.eta_flop) + k.wafer_pass
     tp = s.place.tensor_parallel or 1
-    t_flop = flops / (tp * peak * s.p("eta_flop"))
+    t_flop = flops / (tp * peak * k.eta_flop)
     t_mem = (m.decode_weight_bytes(new) + m.kv_bytes(cached + new)) / (
-        tp * s.hw.memory_bandwidth * s.p("eta_mem")
+        tp * s.hw.memory_bandwidth * k.eta_mem
     )
-    act = new * m.hidden_size * s.params.get("activation_bytes")
-    t_comm = 2 * m.layers * _allreduce(s.hw, act, tp, s.params.get("gpu:allreduce_base"))
+    act = new * m.hidden_size * k.activation_bytes
+    t_comm = 2 * m.layers * _allreduce(s.hw, act, tp, k.allreduce_base)
     t_comm += (s.place.pipeline_stages - 1) * (
         s.hw.scaleout_latency + act / s.hw.scaleout_bandwidth
     )
+    if isinstance(new, np.ndarray):
+        return np.maximum(t_flop, t_mem) + t_comm
     return max(t_flop, t_mem) + t_comm
 
 
@@ -438,21 +571,17 @@ def _serve(
         nodes_per_replica=deployment.nodes_per_replica,
         streams_per_stage=params.get("wafer:streams_per_stage"),
     )
-    b, cap = None, None
-    if hw.kind == "gpu":
-        tier_batch = params.get(f"tier:{deployment.tier}:batch")
-        # KV capacity caps the batch at the context the streams actually hold (and at
-        # the planning context); fractional batches are allowed so the fit is smooth.
-        kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
-        cap = max(1.0, min(tier_batch, kv_streams))
-        b = cap if batch is None else max(1.0, min(float(batch), cap))
-    served = _Served(model, hw, place, deployment, software, params, float(context), b, cap)
+    served = _Served(model, hw, place, deployment, software, params, float(context), None)
     # Validate the software version now, with a clear message.
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
-    return dataclasses.replace(
+    served = dataclasses.replace(
         served,
-        token_line=_token_line(served),
+        knobs=_knobs(served),
         transport_costs=tuple(served._transport_from_params(n) for n in _TRANSPORT_NAMES),
+    )
+    b, cap = _batch_at(served, batch, context)
+    return dataclasses.replace(
+        served, batch=b, batch_cap=cap, token_line=_token_line(served, b, context)
     )
 
 
@@ -475,28 +604,120 @@ def token_speed(
     return 1.0 / _token_seconds(s, context_tokens)
 
 
+def _span_nodes(start, tokens):
+    # Simpson's rule over a decode span of ``tokens`` tokens from context ``start``: the
+    # per-token time is affine in context (piecewise, through the roofline max), so it
+    # is exact or very close. (nodes, weights); numbers or arrays.
+    a, b = start, start + tokens - 1
+    return (a, 0.5 * (a + b), b), (tokens / 6, 4 * tokens / 6, tokens / 6)
+
+
 def _decode_span_seconds(s: _Served, start_context: int, tokens: int) -> float:
-    # Per-token time is affine in context (piecewise, through the roofline max), so
-    # Simpson's rule over the span is exact or very close.
     if tokens <= 0:
         return 0.0
-    a, b = start_context, start_context + tokens - 1
-    mid = 0.5 * (a + b)
-    return tokens * (_token_seconds(s, a) + 4 * _token_seconds(s, mid) + _token_seconds(s, b)) / 6
+    nodes, weights = _span_nodes(start_context, tokens)
+    return sum(w * _token_seconds(s, x) for x, w in zip(nodes, weights, strict=True))
 
 
-def _split(total: int, parts: int) -> list[int]:
+def _split(total: int, parts: int) -> np.ndarray:
+    # ``total`` split into ``parts`` whole shares, the larger ones first.
     base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    shares = np.full(parts, float(base))
+    shares[:extra] += 1.0
+    return shares
 
 
-@dataclass(frozen=True)
+def _chunk_count(tokens, chunk_tokens: float | None):
+    # Chunked prefill: a prompt rides this many decode steps (GPUs; wafers stream it:
+    # ``chunk_tokens`` None). ``tokens``: a number or an array.
+    if chunk_tokens is None:
+        return 1 if not isinstance(tokens, np.ndarray) else np.ones_like(tokens)
+    if isinstance(tokens, np.ndarray):
+        return np.maximum(1.0, np.ceil(tokens / chunk_tokens))
+    return max(1, math.ceil(tokens / chunk_tokens))
+
+
+def _chunks(s: _Served, tokens: int) -> int:
+    return _chunk_count(tokens, s.knobs.chunk_tokens)
+
+
+def _interference(
+    s: _Served, batch: float | None, mean_prefill: float, mean_output: float
+) -> float:
+    # Chunked-prefill interference: the other (B - 1) streams' prefills share the decode
+    # steps, each taking its prefill time once per request of ``mean_output`` tokens.
+    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
+        return 0.0
+    return (batch - 1.0) * mean_prefill / mean_output
+
+
+@dataclass(frozen=True, slots=True)
+class _Turns:
+    # A task's turns, whatever serves it (GPU chunk size ``chunk_tokens``; None: wafer).
+    # Per turn k: ``new`` tokens prefilled after ``cached`` ones, ``ctx`` the context at
+    # its first token, ``out`` its output tokens, ``chunks`` the decode steps its prefill
+    # rides. The client per-token time is evaluated at ``token_x`` (first token, then
+    # the decode span's Simpson nodes) with weights ``token_w``; ``tokens`` is the same
+    # flattened and sorted (the producing time is its weighted sum), ``chunk_steps``
+    # the contexts with weight chunks - 1 (server per-token time).
+    new: np.ndarray
+    cached: np.ndarray
+    ctx: np.ndarray
+    out: np.ndarray
+    chunks: np.ndarray
+    token_x: np.ndarray  # (turns, 4)
+    token_w: np.ndarray  # (turns, 4)
+    tokens: _Points
+    chunk_steps: _Points
+    first_ctx: float  # ctx[0] and chunks[0] as Python floats (the hot path reads them)
+    first_chunks: float
+
+
+def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
+    # Context grows turn by turn: the first prompt, then each turn's tool output; each
+    # turn adds its output. With prompt caching only the new input prefills.
+    out = _split(task.output_tokens, task.turns)
+    new_input = np.zeros(task.turns)
+    new_input[0] = task.input_tokens
+    if task.turns > 1:
+        new_input[1:] = _split(task.tool_result_tokens, task.turns - 1)
+    ctx = np.cumsum(new_input)
+    ctx[1:] += np.cumsum(out[:-1])
+    if task.prompt_caching:
+        new, cached = new_input, ctx - new_input
+    else:
+        new, cached = ctx, np.zeros(task.turns)
+    chunks = _chunk_count(new, chunk_tokens)
+    nodes, weights = _span_nodes(ctx + 1, out - 1)
+    token_x = np.column_stack((ctx, *nodes))
+    token_w = np.column_stack((np.ones(task.turns), *weights))
+    return _Turns(
+        new,
+        cached,
+        ctx,
+        out,
+        chunks,
+        token_x,
+        token_w,
+        _Points.of(token_x, token_w),
+        _Points.of(ctx, chunks - 1.0),
+        float(ctx[0]),
+        float(chunks[0]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class _ServiceProfile:
     # The load-free part of a prediction at one decode batch: what the hardware does.
-    served: _Served
-    raw: tuple[tuple[int, int, int, float, float, float], ...]
-    producing: float
+    served: _Served  # the deployment (batch and line: see ``batch`` and ``line``)
+    batch: float | None
+    line: _StepLine  # server per-token time at this batch
+    turns: _Turns
+    extra: float  # chunked-prefill interference per generated token
+    agent_term: float  # the agent's per-turn term
+    producing: float  # time spent emitting tokens (first token + the rest)
     round_trip: float
+    first_ttft: float  # the first turn's server TTFT
     generation: float  # sum of TTFT + decode + agent term over turns
     agent: float  # the agent's per-turn term, summed over turns
     mean_service: float  # mean turn time, the queue's service time
@@ -504,92 +725,165 @@ class _ServiceProfile:
     servers_per_replica: int  # streams one replica serves at once
 
 
-@functools.lru_cache(maxsize=1024)
+# Caches (default parameters only), sized so that a catalog of 500 models x 4 tiers on
+# 2 pools each x K task shapes never evicts at K up to ~250, whatever the loads:
+# - the deployment resolved (placement, parameters) per (model, deployment): <= 8,192
+#   entries (~2 kB each);
+# - a task's turn table per (task, GPU chunk size or none): <= 4,096 entries (~3 kB for
+#   8 turns, ~50 kB for 200);
+# - a task's prefill totals per (model, pool, task): 2 floats, <= 262,144 entries
+#   (~0.3 kB each with the key: <= ~80 MB at the bound).
+# The decode batch (from the load) is no part of any key: the per-token line at a batch
+# is a handful of operations and its sum over a task's turns is O(log turns)
+# (_StepLine.weighted_sum), so an unseen load costs no cold profile.
+@functools.lru_cache(maxsize=8192)
 def _default_serve(model: ModelSpec, deployment: Deployment) -> _Served:
     return _serve(model, deployment, DEFAULT_PARAMS)
 
 
-def _chunks(s: _Served, tokens: int) -> int:
-    # Chunked prefill: a prompt rides this many decode steps (GPUs; wafers stream it).
-    if s.hw.kind != "gpu" or tokens <= 0:
-        return 1
-    return max(1, math.ceil(tokens / s.params.get("gpu:prefill_chunk_tokens")))
+@functools.lru_cache(maxsize=4096)
+def _default_turns(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
+    return _turn_table(task, chunk_tokens)
 
 
-def _interference(s: _Served, mean_prefill: float, mean_output: float) -> float:
-    # Chunked-prefill interference: the other (B - 1) streams' prefills share the decode
-    # steps, each taking its prefill time once per request of ``mean_output`` tokens.
-    if s.hw.kind != "gpu" or s.batch is None or mean_output <= 0:
-        return 0.0
-    return (s.batch - 1.0) * mean_prefill / mean_output
+def _prefill_totals(s: _Served, turns: _Turns) -> tuple[float, float]:
+    # (sum over turns, first turn) of the prefill time: what the decode batch leaves alone.
+    prefill = _prefill_seconds(s, turns.new, turns.cached)
+    return float(prefill.sum()), float(prefill[0])
+
+
+@functools.lru_cache(maxsize=262_144)
+def _default_prefill(
+    model: ModelSpec,
+    device: str,
+    nodes: int,
+    nodes_per_replica: int | None,
+    software: str | None,
+    task: TaskProfile,
+) -> tuple[float, float]:
+    # Prefill does not depend on the tier, transport or speculative decoding: the
+    # tiers of a pool share these.
+    pool = Deployment(device, nodes, nodes_per_replica=nodes_per_replica, software=software)
+    s = _default_serve(model, pool)
+    return _prefill_totals(s, _default_turns(task, s.knobs.chunk_tokens))
+
+
+# What predict() reads of a service profile when it needs no per-turn breakdown: small
+# floats and ints, no arrays (the turn table and the per-token line stay out of it).
+_Totals = tuple  # (batch, producing, round_trip, first_ttft, generation, agent,
+#                  mean_service, replicas, servers_per_replica)
+
+
+def _totals(prof: _ServiceProfile) -> _Totals:
+    return (
+        prof.batch,
+        prof.producing,
+        prof.round_trip,
+        prof.first_ttft,
+        prof.generation,
+        prof.agent,
+        prof.mean_service,
+        prof.replicas,
+        prof.servers_per_replica,
+    )
+
+
+# The per-batch memo of the warm path (default parameters only): the totals of a
+# (model, deployment, task, decode batch), so a warm predict is one lookup plus the
+# queue formula. The batch is a whole number of streams up to the tier's cap, so the
+# keys are finite; an entry is a 9-tuple of floats/ints plus the key (4 references to
+# objects the other caches hold anyway) and the LRU link: 0.43 kB measured (tracemalloc,
+# 60k entries), ~110 MB at the bound. 262,144 entries: 50 models x 4 tiers x 200 task shapes x 6 batches, or
+# 500 models x 4 tiers x 130 (task, batch) pairs, before anything is evicted. A miss is
+# the cold path above (per-token line at the batch, O(log turns) sums).
+@functools.lru_cache(maxsize=262_144)
+def _default_totals(
+    model: ModelSpec, deployment: Deployment, task: TaskProfile, batch: float | None
+) -> _Totals:
+    return _totals(_service_profile(_default_serve(model, deployment), task, batch, True))
 
 
 def _service_profile(
-    model: ModelSpec,
-    deployment: Deployment,
-    task: TaskProfile,
-    params: EngineParams,
-    batch: float | None = None,
+    s: _Served, task: TaskProfile, batch: float | None, default: bool
 ) -> _ServiceProfile:
+    # ``s``: the deployment served without a load (_serve's defaults); ``batch``: the
+    # decode batch asked for (None: the tier's cap). ``default``: the parameters are
+    # DEFAULT_PARAMS (use the caches).
     # Co-batched streams are turns of the same kind of task: they hold its mean context.
     context_mean = task.input_tokens + (task.output_tokens + task.tool_result_tokens) / 2.0
-    s = _serve(model, deployment, params, batch=batch, context=context_mean)
-
-    outputs = _split(task.output_tokens, task.turns)
-    tool_tokens = [0] + _split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
-    round_trip = s.transport("round_trip")
-    overhead = s.transport("ttft_overhead")
-    agent_term = params.get("agent:turn_overhead") if task.turns > 1 else 0.0
-
-    turns: list[tuple[int, int, int, float]] = []
-    context = 0
-    for k in range(task.turns):
-        new_input = task.input_tokens if k == 0 else tool_tokens[k]
-        if task.prompt_caching:
-            cached, new = context, new_input
-        else:
-            cached, new = 0, context + new_input
-        context += new_input
-        turns.append((new, cached, context, _prefill_seconds(s, new, cached)))
-        context += outputs[k]
-    extra = _interference(s, sum(t[3] for t in turns) / task.turns, task.output_tokens / task.turns)
-
-    raw: list[tuple[int, int, int, float, float, float]] = []
-    producing = 0.0  # time spent emitting tokens (first token + the rest)
-    for k, (new, cached, ctx, prefill) in enumerate(turns):
-        # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode
-        # steps on a GPU) + the first token. Nothing of the agent's per-turn term.
-        first = _token_seconds(s, ctx) + extra
-        ttft = overhead + prefill + first + (_chunks(s, new) - 1) * _server_token_seconds(s, ctx)
-        decode = _decode_span_seconds(s, ctx + 1, outputs[k] - 1) + (outputs[k] - 1) * extra
-        producing += first + decode
-        raw.append((new, cached, outputs[k], ttft, decode, agent_term))
-
+    b, cap = _batch_at(s, batch, context_mean)
+    line = _token_line(s, b, context_mean) if s.hw.kind == "gpu" else s.token_line
+    if default:
+        d = s.deployment
+        turns = _default_turns(task, s.knobs.chunk_tokens)
+        pre_sum, pre_first = _default_prefill(
+            s.model, d.device, d.nodes, d.nodes_per_replica, d.software, task
+        )
+    else:
+        turns = _turn_table(task, s.knobs.chunk_tokens)
+        pre_sum, pre_first = _prefill_totals(s, turns)
+    round_trip, overhead, per_token = s.transport_costs
+    n = task.turns
+    agent_term = s.params.get("agent:turn_overhead") if n > 1 else 0.0
+    extra = _interference(s, b, pre_sum / n, task.output_tokens / n)
+    producing = (
+        line.weighted_sum(turns.tokens)
+        + per_token * turns.tokens.w[-1]
+        + extra * task.output_tokens
+    )
+    chunked = line.weighted_sum(turns.chunk_steps) if turns.chunk_steps.w[-1] else 0.0
+    generation = n * overhead + pre_sum + producing + chunked + agent_term * n
+    # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode steps
+    # on a GPU) + the first token. Nothing of the agent's per-turn term.
+    step0 = line.at(turns.first_ctx)
+    first_ttft = overhead + pre_first + step0 + per_token + extra + (turns.first_chunks - 1) * step0
     if s.hw.kind == "gpu":
-        per_replica = max(1, int(s.batch_cap or 1))
+        per_replica = max(1, int(cap or 1))
     else:
         per_replica = s.place.streams_per_replica
-    generation = sum(t + d + a for _, _, _, t, d, a in raw)
     return _ServiceProfile(
         s,
-        tuple(raw),
+        b,
+        line,
+        turns,
+        extra,
+        agent_term,
         producing,
         round_trip,
+        first_ttft,
         generation,
-        agent_term * task.turns,
-        generation / task.turns,
+        agent_term * n,
+        generation / n,
         s.place.replicas or 1,
         per_replica,
     )
 
 
-# The router asks for the same (model, deployment, task) many times with different
-# loads; with the default parameters the load-free part is cached per decode batch.
-@functools.lru_cache(maxsize=65536)
-def _default_service_profile(
-    model: ModelSpec, deployment: Deployment, task: TaskProfile, batch: float | None = None
-) -> _ServiceProfile:
-    return _service_profile(model, deployment, task, DEFAULT_PARAMS, batch)
+def _turn_rows(prof: _ServiceProfile) -> list[tuple[int, int, int, float, float, float]]:
+    # Per turn (new, cached, output, ttft, decode, agent term), as array operations
+    # over the turns (only a prediction's breakdown needs them).
+    s = dataclasses.replace(prof.served, batch=prof.batch, token_line=prof.line)
+    t, extra = prof.turns, prof.extra
+    timed = t.token_w * _token_seconds(s, t.token_x)
+    first = timed[:, 0] + extra
+    decode = timed[:, 1:].sum(axis=1) + (t.out - 1) * extra
+    ttft = (
+        s.transport_costs[1]
+        + _prefill_seconds(s, t.new, t.cached)
+        + first
+        + (t.chunks - 1) * _server_token_seconds(s, t.ctx)
+    )
+    return [
+        (int(new), int(cached), int(out), tt, dd, prof.agent_term)
+        for new, cached, out, tt, dd in zip(
+            t.new.tolist(),
+            t.cached.tolist(),
+            t.out.tolist(),
+            ttft.tolist(),
+            decode.tolist(),
+            strict=True,
+        )
+    ]
 
 
 def predict(
@@ -618,7 +912,8 @@ def predict(
     Raises SimEngineError for load >= 1, a task that outgrows the context window,
     unknown device/tier/transport/software, or a model that does not fit the pool.
     """
-    if load is not None:
+    # A float in [0, 1) is valid as it is (the router's case); anything else is checked.
+    if load is not None and not (type(load) is float and 0.0 <= load < 1.0):
         if isinstance(load, bool) or not isinstance(load, (int, float)) or not math.isfinite(load):
             raise SimEngineError(f"load must be a number in [0, 1), got {load!r}")
         if load < 0 or load >= 1:
@@ -636,25 +931,36 @@ def predict(
             f"{model.name}'s context window {model.context_window}"
         )
     default = params is DEFAULT_PARAMS
+    served = _default_serve(model, deployment) if default else _serve(model, deployment, params)
     batch = None
-    if load is not None:
-        base = _default_serve(model, deployment) if default else _serve(model, deployment, params)
-        if base.batch_cap is not None:
-            # Streams in flight per replica at this load (whole streams: cache-friendly).
-            batch = float(max(1, round(load * base.batch_cap)))
-    if default:
-        prof = _default_service_profile(model, deployment, task, batch)
+    if load is not None and served.batch_cap is not None:
+        # Streams in flight per replica at this load (whole streams: cache-friendly).
+        batch = float(max(1, round(load * served.batch_cap)))
+    if breakdown or not default:
+        prof = _service_profile(served, task, batch, default)
+        totals = _totals(prof)
     else:
-        prof = _service_profile(model, deployment, task, params, batch)
-    s, raw, producing, round_trip = prof.served, prof.raw, prof.producing, prof.round_trip
+        prof = None
+        totals = _default_totals(model, deployment, task, batch)
+    (
+        prof_batch,
+        producing,
+        round_trip,
+        first_ttft,
+        generation,
+        agent,
+        mean_service,
+        replicas,
+        servers,
+    ) = totals
+    s = served
 
     # Queue: one M/M/c per replica (random routing splits the Poisson arrivals).
     queue = 0.0
     saturated = False
-    servers = prof.servers_per_replica
-    capacity = servers * prof.replicas
+    capacity = servers * replicas
     if load is not None and load > 0:
-        mu = 1.0 / prof.mean_service
+        mu = 1.0 / mean_service
         rate = load * servers * mu  # per replica
         if tier_mix:
             prob, cond_mean, saturated = _priority_wait(
@@ -669,10 +975,9 @@ def predict(
     if breakdown:
         per_turn = queue / task.turns
         turns = tuple(
-            TurnBreakdown(k + 1, new, cached, out, per_turn, round_trip, ttft, decode, agent)
-            for k, (new, cached, out, ttft, decode, agent) in enumerate(raw)
+            TurnBreakdown(k + 1, new, cached, out, per_turn, round_trip, ttft, decode, term)
+            for k, (new, cached, out, ttft, decode, term) in enumerate(_turn_rows(prof))
         )
-    generation = prof.generation
     transport = round_trip * task.turns
     return Prediction(
         model=model.name,
@@ -681,18 +986,18 @@ def predict(
         transport=deployment.transport,
         software=s.software,
         tokens_per_second=task.output_tokens / producing,
-        ttft_seconds=round_trip + raw[0][3],
+        ttft_seconds=round_trip + first_ttft,
         generation_seconds=generation,
         tool_seconds=float(task.tool_seconds),
         transport_seconds=transport,
         queue_seconds=queue,
         total_seconds=queue + transport + generation + task.tool_seconds,
-        agent_seconds=prof.agent,
+        agent_seconds=agent,
         wafers=s.place.wafers_per_replica,
         gpus_per_replica=s.place.nodes_per_replica if s.hw.kind == "gpu" else None,
         replicas=s.place.replicas or 0,
         stream_capacity=capacity,
-        batch=None if s.batch is None else int(round(s.batch)),
+        batch=None if prof_batch is None else int(round(prof_batch)),
         load=load,
         queue_saturated=saturated,
         turns=turns,
@@ -779,7 +1084,7 @@ def serving_point(
     s = _serve(model, deployment, p, batch=float(concurrency), context=context)
     prefill = _prefill_seconds(s, input_tokens, 0)
     step = _server_token_seconds(s, context)
-    tpot = step + _interference(s, prefill, output_tokens)
+    tpot = step + _interference(s, s.batch, prefill, output_tokens)
     ttft = prefill + _chunks(s, input_tokens) * step
     if with_transport:
         tpot += s.transport("per_token")

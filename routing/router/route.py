@@ -173,6 +173,11 @@ def route(
     ordered_packages = payment_order(packages)
     candidates: list[Candidate] = []
     fits_somewhere = False
+    # Read once per request, not per tier (the loop below is the router's hot path).
+    forced, deadline, max_cost = req.tier, req.deadline_seconds, req.max_cost
+    n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
+    predict, engine_error = simengine.predict, simengine.SimEngineError
+    load_of = loads.get
     for model in models:
         fits = task_fits(model, req)
         fits_somewhere |= fits
@@ -180,9 +185,11 @@ def route(
             # A pool without a measured load runs at the operating point the published
             # tier speeds describe (the engine's load=None); a measured load sets the
             # decode batch (continuous batching) and the replicas' queues.
-            measured = loads.get(option.pool_id)
+            measured = load_of(option.pool_id)
             load = 0.0 if measured is None else measured
-            cost = task_cost(option, req)
+            cost = tokens_cost(
+                n_input, n_output, price_input=option.price_input, price_output=option.price_output
+            )  # = task_cost(option, req)
             cand = Candidate(
                 model=model.slug,
                 tier=option.tier,
@@ -196,8 +203,8 @@ def route(
                 pool_id=option.pool_id,
             )
             candidates.append(cand)
-            if req.tier and option.tier != req.tier:
-                cand.reason = f"not requested (tier {req.tier} was forced)"
+            if forced and option.tier != forced:
+                cand.reason = f"not requested (tier {forced} was forced)"
                 continue
             if option.available_from and option.available_from > today:
                 cand.reason = f"not available before {option.available_from}"
@@ -212,33 +219,30 @@ def route(
                 cand.reason = f"pool {option.pool} is saturated ({load:.0%} busy)"
                 continue
             try:
-                pred = simengine.predict(
-                    model.spec, option.deployment, task, load=measured, breakdown=False
-                )
-            except simengine.SimEngineError as exc:
+                pred = predict(model.spec, option.deployment, task, load=measured, breakdown=False)
+            except engine_error as exc:
                 cand.reason = f"cannot run: {exc}"
                 continue
             cand.prediction = pred.summary()
             cand.total_seconds = pred.total_seconds
             expected_seconds = pred.total_seconds
             if quality:
-                p = success_rate(model, req.task or "", req.deadline_seconds)
+                p = success_rate(model, req.task or "", deadline)
                 if not p:
                     cand.reason = f"no published {req.task} result within the deadline"
                     continue
                 cand.success_rate = p
                 cand.expected_seconds = expected_seconds = pred.total_seconds / p
                 cand.expected_cost = (cost / Decimal(str(p))).quantize(Decimal("0.000001"))
-            if expected_seconds > req.deadline_seconds:
+            if expected_seconds > deadline:
                 what = "expected time to a correct result" if quality else "predicted"
                 cand.reason = (
-                    f"misses the deadline: {what} {expected_seconds:.1f} s > "
-                    f"{req.deadline_seconds:g} s"
+                    f"misses the deadline: {what} {expected_seconds:.1f} s > {deadline:g} s"
                 )
                 continue
             cand.meets_deadline = True
-            if req.max_cost is not None and cost > req.max_cost:
-                cand.reason = f"over max_cost: {cost:.6f} > {req.max_cost}"
+            if max_cost is not None and cost > max_cost:
+                cand.reason = f"over max_cost: {cost:.6f} > {max_cost}"
                 continue
             choice = choose_package(
                 ordered_packages,

@@ -1,0 +1,197 @@
+"""The service profile vectorised over turns equals a plain per-turn loop (issue 16).
+
+The reference below is the engine's former per-turn loop, written with the scalar forms
+of the same formulas (_prefill_seconds, _token_seconds, _decode_span_seconds, _chunks);
+predict() builds a numpy turn table and sums the per-token time over it in O(log turns)
+per decode batch. Both must agree to ~1e-12 relative on random tasks, models and
+deployments (GPU and wafer, prompt caching on and off, 1..200 turns, loads or none).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import numpy as np
+import pytest
+
+from simengine import (
+    DEFAULT_PARAMS,
+    REFERENCE_MODELS,
+    Deployment,
+    SimEngineError,
+    TaskProfile,
+    load_catalog_models,
+    perf,
+    predict,
+)
+
+from .conftest import CATALOG
+
+REL = 1e-12
+
+
+def _plain_split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def reference(model, deployment, task, load, params):
+    """(generation, producing, first turn's server TTFT, per-turn rows) turn by turn."""
+    base = perf._serve(model, deployment, params)
+    batch = None
+    if load is not None and base.batch_cap is not None:
+        batch = float(max(1, round(load * base.batch_cap)))
+    context_mean = task.input_tokens + (task.output_tokens + task.tool_result_tokens) / 2.0
+    s = perf._serve(model, deployment, params, batch=batch, context=context_mean)
+    outputs = _plain_split(task.output_tokens, task.turns)
+    tool = [0] + _plain_split(task.tool_result_tokens, task.turns - 1) if task.turns > 1 else [0]
+    overhead = s.transport("ttft_overhead")
+    agent = params.get("agent:turn_overhead") if task.turns > 1 else 0.0
+    turns, context = [], 0
+    for k in range(task.turns):
+        new_input = task.input_tokens if k == 0 else tool[k]
+        cached, new = (context, new_input) if task.prompt_caching else (0, context + new_input)
+        context += new_input
+        turns.append((new, cached, context, perf._prefill_seconds(s, new, cached)))
+        context += outputs[k]
+    extra = perf._interference(
+        s, s.batch, sum(t[3] for t in turns) / task.turns, task.output_tokens / task.turns
+    )
+    rows, producing = [], 0.0
+    for k, (new, cached, ctx, prefill) in enumerate(turns):
+        first = perf._token_seconds(s, ctx) + extra
+        ttft = overhead + prefill + first + (perf._chunks(s, new) - 1) * s.token_line.at(ctx)
+        decode = perf._decode_span_seconds(s, ctx + 1, outputs[k] - 1) + (outputs[k] - 1) * extra
+        producing += first + decode
+        rows.append((new, cached, outputs[k], ttft, decode, agent))
+    generation = sum(t + d + a for _, _, _, t, d, a in rows)
+    return generation, producing, rows[0][3], rows
+
+
+MODELS = [*REFERENCE_MODELS.values(), *load_catalog_models(CATALOG).values()]
+
+
+def _random_case(rng: random.Random):
+    model = rng.choice(MODELS)
+    budget = min(model.context_window, 60_000) // 3  # the task fits the window
+    device = rng.choice(["h100", "h200", "b200", "wse-3"])
+    deployment = Deployment(
+        device,
+        rng.choice([8, 64, 4096]),
+        rng.choice(["flex", "standard", "priority", "ultrafast"]),
+        transport=rng.choice(["reworked", "legacy"]),
+        speculative=rng.random() < 0.3,
+    )
+    turns = rng.choice([1, 2, 3, 7, 30, 120, 200])
+    task = TaskProfile(
+        input_tokens=rng.randint(1, budget),
+        output_tokens=max(turns, rng.randint(1, budget)),
+        turns=turns,
+        tool_result_tokens=rng.choice([0, rng.randint(1, budget)]),
+        prompt_caching=rng.random() < 0.6,
+    )
+    load = rng.choice([None, 0.0, rng.uniform(0.0, 0.97)])
+    params = rng.choice(
+        [DEFAULT_PARAMS, DEFAULT_PARAMS.with_values({"gpu:prefill_chunk_tokens": 300.0})]
+    )
+    return model, deployment, task, load, params
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= REL * max(abs(a), abs(b))
+
+
+def test_vectorised_profile_equals_the_per_turn_loop():
+    rng = random.Random(16)
+    checked = 0
+    for _ in range(400):
+        model, deployment, task, load, params = _random_case(rng)
+        try:
+            pred = predict(model, deployment, task, load=load, params=params)
+        except SimEngineError:
+            continue
+        generation, producing, ttft0, rows = reference(model, deployment, task, load, params)
+        assert _close(pred.generation_seconds, generation)
+        assert _close(pred.tokens_per_second, task.output_tokens / producing)
+        assert _close(pred.ttft_seconds, pred.transport_seconds / task.turns + ttft0)
+        assert len(pred.turns) == len(rows)
+        for got, want in zip(pred.turns, rows, strict=True):
+            assert (got.new_tokens, got.cached_tokens, got.output_tokens) == want[:3]
+            assert _close(got.ttft, want[3]) and _close(got.decode, want[4])
+            assert got.agent == want[5]
+        # the router's path (no breakdown) gives the same totals
+        fast = predict(model, deployment, task, load=load, params=params, breakdown=False)
+        assert fast.total_seconds == pred.total_seconds
+        checked += 1
+    assert checked >= 150  # most random cases run (the rest do not fit their pool)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_weighted_sum_equals_the_sum_point_by_point(seed):
+    # Both slope orders, crossings inside, before and after the points, equal slopes.
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        x = rng.uniform(0, 1e5, rng.integers(1, 60))
+        w = rng.uniform(0, 3, x.size) * (rng.random(x.size) < 0.8)
+        m0, f0 = rng.uniform(1e-4, 1e-2, 2)
+        m1 = rng.uniform(1e-9, 1e-7)
+        f1 = rng.choice([m1, rng.uniform(1e-9, 1e-7)])
+        line = perf._StepLine(m0, m1, f0, f1, rng.uniform(0, 1e-3))
+        direct = math.fsum((w * line.at(x)).tolist())
+        assert _close(line.weighted_sum(perf._Points.of(x, w)), direct)
+
+
+def _without_turns(pred) -> dict:
+    data = pred.to_dict()
+    del data["turns"]
+    return data
+
+
+def test_the_per_batch_memo_answers_as_the_full_profile():
+    # The router's warm path reads a (model, deployment, task, batch) memo of small
+    # totals; a hit, a miss and the full profile (breakdown) give the same prediction,
+    # field by field, for equal objects that are not the same objects.
+    rng = random.Random(61)
+    perf._default_totals.cache_clear()
+    checked = 0
+    for _ in range(150):
+        model, deployment, task, load, _ = _random_case(rng)
+        try:
+            full = predict(model, deployment, task, load=load)
+        except SimEngineError:
+            continue
+        misses = perf._default_totals.cache_info().misses
+        cold = predict(model, deployment, task, load=load, breakdown=False)
+        assert perf._default_totals.cache_info().misses == misses + 1
+        twin = tuple(dataclasses.replace(x) for x in (model, deployment, task))
+        assert twin[2] is not task
+        hits = perf._default_totals.cache_info().hits
+        warm = predict(*twin, load=load, breakdown=False)
+        assert perf._default_totals.cache_info().hits == hits + 1
+        assert _without_turns(cold) == _without_turns(full) == _without_turns(warm)
+        # another load on the same (model, deployment, task): another batch, its own entry
+        other = rng.uniform(0.0, 0.97)
+        assert _without_turns(predict(*twin, load=other, breakdown=False)) == _without_turns(
+            predict(model, deployment, task, load=other)
+        )
+        checked += 1
+    assert checked >= 50
+    assert perf._default_totals.cache_info().maxsize == 262_144
+
+
+def test_cache_keys_hash_once_by_their_fields():
+    # ModelSpec, Deployment and TaskProfile keep their hash after the first call; it is
+    # the fields' hash (equal objects hash alike), invisible to vars() and not pickled.
+    import pickle
+
+    for obj in (MODELS[0], Deployment("h200", 64, "flex"), TaskProfile(100, 20, turns=2)):
+        fields = tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+        assert hash(obj) == hash(fields) == hash(dataclasses.replace(obj))
+        assert "_field_hash" not in vars(obj)
+        data = pickle.dumps(obj)
+        assert b"_field_hash" not in data and pickle.loads(data) == obj
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj._field_hash = 0
+    assert Deployment("h200", 64, "flex") != Deployment("h200", 64, "standard")
