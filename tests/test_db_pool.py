@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,9 +19,8 @@ from routing.api.base import (
     filter_choice,
 )
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
-from routing.api.serializers import JobRequestSerializer, JobSerializer
+from routing.api.serializers import JobRequestSerializer, JobSerializer, job_request_validator
 from routing.api.shapes import job_json
-from routing.api.validation import job_request_validator
 from routing.jobs.cancel import job_cancel
 from routing.jobs.submit import job_submit
 from routing.models import Job

@@ -9,9 +9,8 @@ from rest_framework.response import Response
 
 from routing.api.base import ClientAPIView, client_deprecation_headers
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems, quote_refused
-from routing.api.serializers import QuoteSerializer, RouteRequestSerializer
+from routing.api.serializers import QuoteSerializer, RouteRequestSerializer, route_request_validator
 from routing.api.shapes import quote_json
-from routing.api.validation import route_request_validator
 from routing.router.quotes import Quote, quote_build, route_request_from
 
 

@@ -4,13 +4,14 @@ serializers here document them."""
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from routing.api.validation import route_request_problems
+from routing.api.validation import PlainValidator, route_request_problems
 from routing.batches.params import ENDPOINTS
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
@@ -401,3 +402,20 @@ class BatchSerializer(serializers.Serializer):
     schedule = serializers.CharField(allow_null=True)
     retry_of = serializers.UUIDField(allow_null=True)
     time_scale = serializers.FloatField()
+
+
+# The plain-Python validators of the hot endpoints (routing.api.validation), built from
+# these serializers' declarations and their own hooks (validate_tier, validate).
+_ROUTE_REQUEST = {"cross_field": route_request_problems, "field_hooks": {"tier": tier_word}}
+
+
+@functools.cache
+def route_request_validator() -> PlainValidator:
+    """The quote's fields (RouteRequestSerializer)."""
+    return PlainValidator(RouteRequestSerializer, **_ROUTE_REQUEST)
+
+
+@functools.cache
+def job_request_validator() -> PlainValidator:
+    """The job's: the quote's fields plus the prompt (JobRequestSerializer)."""
+    return PlainValidator(JobRequestSerializer, **_ROUTE_REQUEST)

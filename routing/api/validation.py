@@ -13,13 +13,12 @@ test_plain_validation.py compares both on a table of inputs."""
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 from rest_framework import fields as drf
 
-from routing.core.limits import MAX_TASK_TOKENS, tier_word
+from routing.core.limits import MAX_TASK_TOKENS
 
 
 def route_request_problems(attrs: dict) -> dict[str, str] | None:
@@ -153,23 +152,3 @@ class PlainValidator:
         if self.cross_field is not None and self.cross_field(out):
             raise _Unsure
         return out
-
-
-@functools.cache
-def route_request_validator() -> PlainValidator:
-    """The quote's fields (RouteRequestSerializer)."""
-    from routing.api.serializers import RouteRequestSerializer
-
-    return PlainValidator(RouteRequestSerializer, **_ROUTE_REQUEST)
-
-
-@functools.cache
-def job_request_validator() -> PlainValidator:
-    """The job's: the quote's fields plus the prompt (JobRequestSerializer)."""
-    from routing.api.serializers import JobRequestSerializer
-
-    return PlainValidator(JobRequestSerializer, **_ROUTE_REQUEST)
-
-
-# The serializers' own hooks: RouteRequestSerializer.validate_tier and .validate.
-_ROUTE_REQUEST = {"cross_field": route_request_problems, "field_hooks": {"tier": tier_word}}

@@ -6,8 +6,12 @@ plain path is the one taken for ordinary requests."""
 import pytest
 from rest_framework.exceptions import ValidationError
 
-from routing.api.serializers import JobRequestSerializer, RouteRequestSerializer
-from routing.api.validation import job_request_validator, route_request_validator
+from routing.api.serializers import (
+    JobRequestSerializer,
+    RouteRequestSerializer,
+    job_request_validator,
+    route_request_validator,
+)
 from routing.core.limits import MAX_TASK_TOKENS
 
 BASE = {"model": "sol", "input_tokens": 2000, "output_tokens": 1000, "deadline_seconds": 600}
