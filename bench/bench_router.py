@@ -264,8 +264,7 @@ def main() -> None:
         ratio = statistics.median(rates) / statistics.median(bases)
         cold, memo, queue = (max(c[i] for c in colds) for i in range(3))
         print(
-            f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9} "
-            f"{queue:10}"
+            f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9} {queue:10}"
         )
     print(f"outcomes of a warm run: {outcomes}")
     print(

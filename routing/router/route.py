@@ -187,9 +187,8 @@ def route(
             # decode batch (continuous batching) and the replicas' queues.
             measured = load_of(option.pool_id)
             load = 0.0 if measured is None else measured
-            cost = tokens_cost(
-                n_input, n_output, price_input=option.price_input, price_output=option.price_output
-            )  # = task_cost(option, req)
+            # = task_cost(option, req), the same Decimal operations inline
+            cost = (n_input * option.price_input + n_output * option.price_output) / MILLION
             cand = Candidate(
                 model=model.slug,
                 tier=option.tier,
@@ -279,11 +278,13 @@ def _decide(
         chosen.chosen = True
         what = "expected cost to a correct result" if quality else "cost"
         chosen.reason = f"chosen: lowest {what} that meets the deadline"
+        best = key(chosen)[0]
         for c in eligible:
             if c is not chosen:
+                mine = key(c)[0]
                 c.reason = (
-                    f"meets the deadline but costs more ({key(c)[0]:.6f} > {key(chosen)[0]:.6f})"
-                    if key(c)[0] > key(chosen)[0]
+                    f"meets the deadline but costs more ({mine:.6f} > {best:.6f})"
+                    if mine > best
                     else "meets the deadline at the same cost but slower"
                 )
         return RouteDecision("ok", chosen, candidates, fastest)
