@@ -12,6 +12,7 @@ benchmark calls it in a loop. Loading those inputs from the database is
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,12 +70,24 @@ class RouteRequest:
 
     @property
     def task_profile(self) -> simengine.TaskProfile:
-        return simengine.TaskProfile(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            turns=self.turns,
-            tool_seconds=float(self.tool_seconds),
+        return _task_profile(
+            self.input_tokens, self.output_tokens, self.turns, float(self.tool_seconds)
         )
+
+
+# Equal requests share one TaskProfile (frozen): built and checked once, its hash kept,
+# and the engine's memos find their key by identity instead of comparing fields. Typed
+# LRU of 4,096 entries (~1 MB); a task that fails its checks raises every time.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _task_profile(
+    input_tokens: int, output_tokens: int, turns: int, tool_seconds: float
+) -> simengine.TaskProfile:
+    return simengine.TaskProfile(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        turns=turns,
+        tool_seconds=tool_seconds,
+    )
 
 
 @dataclass
