@@ -14,8 +14,10 @@ same run. Rows:
       computed cold; the deployments resolved once before);
   (b) warm: a pass after a full warm-up pass over the same requests; "cold" counts the
       engine cache misses during the measured pass (should be 0), "memo-miss" the
-      per-batch memo's (model, deployment, task, decode batch) misses (should be 0);
-  (c) steady state: engine caches and the memo emptied, then random shapes from K
+      per-batch memo's (model, deployment, task, decode batch) misses (should be 0),
+      "queue-miss" the queue memos' (Erlang C, total wait quantile) misses (0 here: the
+      warm pass repeats its loads; every new load misses them, as in (a) and (c));
+  (c) steady state: engine caches and the memos emptied, then random shapes from K
       with random loads (cold misses and memo misses included, counted);
   (d) the catalog cliff: (b) at 50 / 200 / 500 models.
 Goals (issue 16): (a), (b) >= 20,000 decisions/s; (d) at 200 and 500 models >= 15,000.
@@ -45,7 +47,7 @@ django.setup()
 import simengine  # noqa: E402
 from routing.quota import PackageView  # noqa: E402
 from routing.router.route import ModelOption, RouteRequest, TierOption, route  # noqa: E402
-from simengine import perf  # noqa: E402
+from simengine import perf, queueing  # noqa: E402
 
 NOW = dt.datetime(2026, 12, 2, 12, tzinfo=dt.UTC)
 TIERS = [
@@ -144,10 +146,21 @@ def memo_misses() -> int:
     return perf._default_totals.cache_info().misses
 
 
+QUEUE_MEMOS = (queueing.erlang_c, queueing.total_wait_quantile)
+
+
+def queue_misses() -> int:
+    """Misses of the queue memos (Erlang C, the total wait's quantile) so far: a new
+    load misses them."""
+    return sum(c.cache_info().misses for c in QUEUE_MEMOS)
+
+
 def clear_task_caches() -> None:
     perf._default_turns.cache_clear()
     perf._default_prefill.cache_clear()
     perf._default_totals.cache_clear()
+    for c in QUEUE_MEMOS:
+        c.cache_clear()
 
 
 def make_work(models, shapes, n, rng):
@@ -160,17 +173,17 @@ def make_work(models, shapes, n, rng):
     return work
 
 
-def timed(work) -> tuple[float, float, tuple[int, int], dict]:
-    """(router decisions/s, price-only decisions/s, (cold misses, memo misses), outcomes)
-    over ``work``."""
+def timed(work) -> tuple[float, float, tuple[int, int, int], dict]:
+    """(router decisions/s, price-only decisions/s, (cold misses, memo misses, queue memo
+    misses), outcomes) over ``work``."""
     outcomes: dict[str, int] = {}
-    cold0, memo0 = cold_count(), memo_misses()
+    cold0, memo0, queue0 = cold_count(), memo_misses(), queue_misses()
     t0 = time.perf_counter()
     for model, req, loads in work:
         d = route(req, models=[model], packages=PACKAGES, loads=loads, now=NOW)
         outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
     rate = len(work) / (time.perf_counter() - t0)
-    cold = (cold_count() - cold0, memo_misses() - memo0)
+    cold = (cold_count() - cold0, memo_misses() - memo0, queue_misses() - queue0)
     t0 = time.perf_counter()
     for model, req, _ in work:
         price_only(model, req)
@@ -245,16 +258,21 @@ def main() -> None:
     )
     print(
         f"{'':38} {'router decisions/s':>24} {'price-only decisions/s':>26} {'ratio':>6} "
-        "cold memo-miss"
+        "cold memo-miss queue-miss"
     )
     for name, rates, bases, colds in rows:
         ratio = statistics.median(rates) / statistics.median(bases)
-        cold, memo = max(c for c, _ in colds), max(m for _, m in colds)
-        print(f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9}")
+        cold, memo, queue = (max(c[i] for c in colds) for i in range(3))
+        print(
+            f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9} {queue:10}"
+        )
     print(f"outcomes of a warm run: {outcomes}")
     print(
         "engine caches:",
-        {c.__name__: c.cache_info().currsize for c in (*ENGINE_CACHES, perf._default_totals)},
+        {
+            c.__name__: c.cache_info().currsize
+            for c in (*ENGINE_CACHES, perf._default_totals, *QUEUE_MEMOS)
+        },
     )
 
 

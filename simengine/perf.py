@@ -803,6 +803,26 @@ def _default_totals(
     return _totals(_service_profile(_default_serve(model, deployment), task, batch, True))
 
 
+# What a prediction reports of a (model, deployment) served with the default parameters,
+# read once (the router's warm path builds its result from this and the per-batch memo):
+# (batch cap, model name, device key, tier, transport, software, wafers per replica,
+# GPUs per replica or None, replicas or 0). Same bound as _default_serve.
+@functools.lru_cache(maxsize=8192)
+def _default_head(model: ModelSpec, deployment: Deployment) -> tuple:
+    s = _default_serve(model, deployment)
+    return (
+        s.batch_cap,
+        model.name,
+        s.hw.key,
+        deployment.tier,
+        deployment.transport,
+        s.software,
+        s.place.wafers_per_replica,
+        s.place.nodes_per_replica if s.hw.kind == "gpu" else None,
+        s.place.replicas or 0,
+    )
+
+
 def _service_profile(
     s: _Served, task: TaskProfile, batch: float | None, default: bool
 ) -> _ServiceProfile:
@@ -920,17 +940,21 @@ def predict(
             raise SimEngineError(
                 f"load {load} is outside [0, 1): at or above capacity waits are unbounded"
             )
-    if task.input_tokens > model.context_window:
-        raise SimEngineError(
-            f"input_tokens {task.input_tokens} exceed {model.name}'s context window "
-            f"{model.context_window}"
-        )
-    if task.final_context_tokens > model.context_window:
+    # input_tokens <= the final context (TaskProfile checks its counts): one comparison
+    # when the task fits, the two messages in their order when it does not.
+    if task.input_tokens + task.output_tokens + task.tool_result_tokens > model.context_window:
+        if task.input_tokens > model.context_window:
+            raise SimEngineError(
+                f"input_tokens {task.input_tokens} exceed {model.name}'s context window "
+                f"{model.context_window}"
+            )
         raise SimEngineError(
             f"the task's context grows to {task.final_context_tokens} tokens, above "
             f"{model.name}'s context window {model.context_window}"
         )
     default = params is DEFAULT_PARAMS
+    if default and not breakdown:
+        return _predict_totals(model, deployment, task, load, tier_mix)
     served = _default_serve(model, deployment) if default else _serve(model, deployment, params)
     batch = None
     if load is not None and served.batch_cap is not None:
@@ -955,21 +979,10 @@ def predict(
     ) = totals
     s = served
 
-    # Queue: one M/M/c per replica (random routing splits the Poisson arrivals).
-    queue = 0.0
-    saturated = False
+    queue, saturated = _queue_wait(
+        load, servers, mean_service, task.turns, deployment.tier, tier_mix
+    )
     capacity = servers * replicas
-    if load is not None and load > 0:
-        mu = 1.0 / mean_service
-        rate = load * servers * mu  # per replica
-        if tier_mix:
-            prob, cond_mean, saturated = _priority_wait(
-                deployment.tier, tier_mix, servers, rate, mu
-            )
-        else:
-            prob = erlang_c(servers, load * servers)
-            cond_mean = 1.0 / (servers * mu - rate)
-        queue = math.inf if saturated else total_wait_quantile(prob, cond_mean, task.turns)
 
     turns: tuple[TurnBreakdown, ...] = ()
     if breakdown:
@@ -1002,6 +1015,85 @@ def predict(
         queue_saturated=saturated,
         turns=turns,
     )
+
+
+def _predict_totals(
+    model: ModelSpec,
+    deployment: Deployment,
+    task: TaskProfile,
+    load: float | None,
+    tier_mix: Mapping[str, float] | None,
+) -> Prediction:
+    # predict(breakdown=False) with the default parameters, its arguments checked: the
+    # router's warm path, two lookups (the deployment's head, the per-batch memo) and
+    # the queue terms; the same Prediction as the general path, field by field.
+    cap, name, device, tier, transport, software, wafers, gpus, replicas = _default_head(
+        model, deployment
+    )
+    batch = None
+    if load is not None and cap is not None:
+        # Streams in flight per replica at this load (whole streams: cache-friendly).
+        batch = float(max(1, round(load * cap)))
+    (
+        prof_batch,
+        producing,
+        round_trip,
+        first_ttft,
+        generation,
+        agent,
+        mean_service,
+        pool_replicas,
+        servers,
+    ) = _default_totals(model, deployment, task, batch)
+    turns = task.turns
+    queue, saturated = _queue_wait(load, servers, mean_service, turns, tier, tier_mix)
+    transport_seconds = round_trip * turns
+    return Prediction(
+        name,
+        device,
+        tier,
+        transport,
+        software,
+        task.output_tokens / producing,
+        round_trip + first_ttft,
+        generation,
+        float(task.tool_seconds),
+        transport_seconds,
+        queue,
+        queue + transport_seconds + generation + task.tool_seconds,
+        agent,
+        wafers,
+        gpus,
+        replicas,
+        servers * pool_replicas,
+        None if prof_batch is None else int(round(prof_batch)),
+        load,
+        saturated,
+    )
+
+
+def _queue_wait(
+    load: float | None,
+    servers: int,
+    mean_service: float,
+    turns: int,
+    tier: str,
+    tier_mix: Mapping[str, float] | None,
+) -> tuple[float, bool]:
+    # (P90 of the task's total wait over its turns, saturated). One M/M/c per replica
+    # (random routing splits the Poisson arrivals); the queue terms are memoised.
+    if load is None or load <= 0:
+        return 0.0, False
+    mu = 1.0 / mean_service
+    rate = load * servers * mu  # per replica
+    if tier_mix:
+        prob, cond_mean, saturated = _priority_wait(tier, tier_mix, servers, rate, mu)
+        if saturated:
+            return math.inf, True
+    else:
+        prob = erlang_c(servers, load * servers)
+        cond_mean = 1.0 / (servers * mu - rate)
+    return total_wait_quantile(prob, cond_mean, turns), False
 
 
 def _priority_wait(

@@ -12,6 +12,7 @@ benchmark calls it in a loop. Loading those inputs from the database is
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,12 +70,24 @@ class RouteRequest:
 
     @property
     def task_profile(self) -> simengine.TaskProfile:
-        return simengine.TaskProfile(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            turns=self.turns,
-            tool_seconds=float(self.tool_seconds),
+        return _task_profile(
+            self.input_tokens, self.output_tokens, self.turns, float(self.tool_seconds)
         )
+
+
+# Equal requests share one TaskProfile (frozen): built and checked once, its hash kept,
+# and the engine's memos find their key by identity instead of comparing fields. Typed
+# LRU of 4,096 entries (~1 MB); a task that fails its checks raises every time.
+@functools.lru_cache(maxsize=4096, typed=True)
+def _task_profile(
+    input_tokens: int, output_tokens: int, turns: int, tool_seconds: float
+) -> simengine.TaskProfile:
+    return simengine.TaskProfile(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        turns=turns,
+        tool_seconds=tool_seconds,
+    )
 
 
 @dataclass
@@ -187,9 +200,8 @@ def route(
             # decode batch (continuous batching) and the replicas' queues.
             measured = load_of(option.pool_id)
             load = 0.0 if measured is None else measured
-            cost = tokens_cost(
-                n_input, n_output, price_input=option.price_input, price_output=option.price_output
-            )  # = task_cost(option, req)
+            # = task_cost(option, req), the same Decimal operations inline
+            cost = (n_input * option.price_input + n_output * option.price_output) / MILLION
             cand = Candidate(
                 model=model.slug,
                 tier=option.tier,
@@ -279,11 +291,13 @@ def _decide(
         chosen.chosen = True
         what = "expected cost to a correct result" if quality else "cost"
         chosen.reason = f"chosen: lowest {what} that meets the deadline"
+        best = key(chosen)[0]
         for c in eligible:
             if c is not chosen:
+                mine = key(c)[0]
                 c.reason = (
-                    f"meets the deadline but costs more ({key(c)[0]:.6f} > {key(chosen)[0]:.6f})"
-                    if key(c)[0] > key(chosen)[0]
+                    f"meets the deadline but costs more ({mine:.6f} > {best:.6f})"
+                    if mine > best
                     else "meets the deadline at the same cost but slower"
                 )
         return RouteDecision("ok", chosen, candidates, fastest)

@@ -176,3 +176,30 @@ def test_the_fast_p90_agrees_with_the_full_estimate(servers, rho):
     fast, saturated = mmc_p90_wait(servers, rho * servers * mu, mu)
     assert saturated is False
     assert fast == pytest.approx(full.p90_wait, rel=1e-9, abs=1e-9)
+
+
+def test_the_queue_memos_answer_as_the_formulas_bit_for_bit():
+    # erlang_c and total_wait_quantile are memoised (bounded, typed LRUs): a hit gives
+    # the value the uncached formula computes, bit for bit, and ints, floats and numpy
+    # scalars keep their own entries.
+    import random
+
+    from simengine.queueing import QUEUE_MEMO_SIZE, erlang_c, total_wait_quantile
+
+    rng = random.Random(5)
+    for _ in range(300):
+        c = rng.choice([1, 2, 8, 64, 65, 500, 20_000])
+        a = rng.uniform(0.0, 1.05) * c
+        for _ in range(2):  # a miss, then a hit
+            assert erlang_c(c, a).hex() == erlang_c.__wrapped__(c, a).hex()
+        p, m, n = rng.random(), rng.uniform(0.01, 50.0), rng.choice([1, 2, 7, 30])
+        for _ in range(2):
+            got = total_wait_quantile(p, m, n)
+            assert got.hex() == total_wait_quantile.__wrapped__(p, m, n).hex()
+    for f in (erlang_c, total_wait_quantile):
+        assert f.cache_info().maxsize == QUEUE_MEMO_SIZE
+        assert f.cache_parameters()["typed"] is True
+    erlang_c.cache_clear()
+    erlang_c(4, 2.0)
+    erlang_c(4, np.float64(2.0))
+    assert erlang_c.cache_info().currsize == 2

@@ -195,3 +195,33 @@ def test_cache_keys_hash_once_by_their_fields():
         with pytest.raises(dataclasses.FrozenInstanceError):
             obj._field_hash = 0
     assert Deployment("h200", 64, "flex") != Deployment("h200", 64, "standard")
+
+
+def test_the_warm_path_answers_as_the_general_one_with_tier_mixes_and_errors():
+    # predict(breakdown=False) with the default parameters takes its own short path
+    # (the deployment's head and the per-batch memo); the same Prediction as the full
+    # profile, priority classes included, and the same errors in the same order.
+    rng = random.Random(67)
+    checked = 0
+    for _ in range(120):
+        model, deployment, task, load, _ = _random_case(rng)
+        mix = rng.choice([None, {deployment.tier: 1.0, "flex": 0.5, "priority": 0.3}])
+        try:
+            full = predict(model, deployment, task, load=load, tier_mix=mix)
+        except SimEngineError as exc:
+            with pytest.raises(SimEngineError) as fast:
+                predict(model, deployment, task, load=load, tier_mix=mix, breakdown=False)
+            assert str(fast.value) == str(exc)
+            continue
+        fast = predict(model, deployment, task, load=load, tier_mix=mix, breakdown=False)
+        assert _without_turns(fast) == _without_turns(full)
+        assert fast.turns == ()
+        checked += 1
+    assert checked >= 40
+    model = MODELS[0]
+    too_long = TaskProfile(model.context_window + 1, 10)
+    grows = TaskProfile(model.context_window - 5, 10)
+    for task, start in ((too_long, "input_tokens"), (grows, "the task's context grows")):
+        for breakdown in (True, False):
+            with pytest.raises(SimEngineError, match=f"^{start}"):
+                predict(model, Deployment("h200", 64), task, breakdown=breakdown)

@@ -250,3 +250,16 @@ def test_auto_with_a_short_deadline_takes_what_can_answer_in_time():
     assert d.chosen.model == "gpt-5.3-codex-spark"
     codex = next(c for c in d.candidates if c.model == "gpt-5.3-codex")
     assert "no published" in codex.reason
+
+
+def test_equal_requests_share_one_checked_task_profile():
+    # RouteRequest.task_profile interns the task (the engine's memos then find it by
+    # identity); equal to a fresh TaskProfile, and a bad task still raises every time.
+    a = RouteRequest(input_tokens=1200, output_tokens=300, deadline_seconds=60, turns=3)
+    b = RouteRequest(input_tokens=1200, output_tokens=300, deadline_seconds=9, turns=3)
+    assert a.task_profile is b.task_profile
+    assert a.task_profile == simengine.TaskProfile(1200, 300, turns=3, tool_seconds=0.0)
+    bad = RouteRequest(input_tokens=10, output_tokens=2, deadline_seconds=60, turns=3)
+    for _ in range(2):
+        with pytest.raises(simengine.SimEngineError, match="must be >= turns"):
+            _ = bad.task_profile
