@@ -159,11 +159,9 @@ def _browser_middleware():
     from django.contrib.auth.middleware import AuthenticationMiddleware
     from django.contrib.messages.middleware import MessageMiddleware
     from django.contrib.sessions.middleware import SessionMiddleware
-    from django.middleware.csrf import CsrfViewMiddleware
 
     return (
         browser_only(SessionMiddleware),
-        browser_only(CsrfViewMiddleware),
         browser_only(AuthenticationMiddleware),
         browser_only(MessageMiddleware),
     )
@@ -171,7 +169,6 @@ def _browser_middleware():
 
 (
     BrowserSessionMiddleware,
-    BrowserCsrfViewMiddleware,
     BrowserAuthenticationMiddleware,
     BrowserMessageMiddleware,
 ) = _browser_middleware()
