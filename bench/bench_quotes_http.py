@@ -37,6 +37,26 @@ PY = sys.executable
 BIN = Path(PY).parent
 
 
+DEFAULT_DATABASE_URL = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lifecycle_bench"
+)
+
+
+def bench_settings(database_url: str, allowed_hosts: str) -> dict[str, str]:
+    """The environment both quote benches run the service with (profile_quote.py too)."""
+    return {
+        "DATABASE_URL": database_url,
+        "DEBUG": "0",
+        "ALLOWED_HOSTS": allowed_hosts,
+        "SECRET_KEY": "bench-only-" + "x" * 50,
+        "SECURE_SSL_REDIRECT": "0",
+        "LOG_LEVEL": "WARNING",
+        # One account offers all the load: rate limits high enough never to refuse, but
+        # counted as deployed (the throttle and the x-ratelimit-* headers run).
+        "API_THROTTLE_RATE": "100000000/min",
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,26 +145,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument(
-        "--database-url",
-        default=os.environ.get(
-            "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lifecycle_bench"
-        ),
-    )
+    ap.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     args = ap.parse_args()
     ensure_database(args.database_url)
-    env = dict(
-        os.environ,
-        DATABASE_URL=args.database_url,
-        DEBUG="0",
-        ALLOWED_HOSTS="127.0.0.1",
-        SECRET_KEY="bench-only-" + "x" * 50,
-        SECURE_SSL_REDIRECT="0",
-        LOG_LEVEL="WARNING",
-        # One account offers all the load: rate limits high enough never to refuse, but
-        # counted as deployed (the throttle and the x-ratelimit-* headers run).
-        API_THROTTLE_RATE="100000000/min",
-    )
+    env = dict(os.environ, **bench_settings(args.database_url, "127.0.0.1"))
     env.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
     manage(env, "migrate", "--noinput")
     manage(env, "loadcatalog")

@@ -34,16 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.realparts import PostgresServer, owned_tempdir  # noqa: E402
+from tests.stack import SMALL  # noqa: E402
 
-JOB = {
-    "model": "sol",
-    "input_tokens": 2000,
-    "output_tokens": 1000,
-    "turns": 1,
-    "tool_seconds": 0,
-    "deadline_seconds": 3600,
-    "tier": "standard",
-}
+JOB = SMALL  # the tests' short flagship job
 TABLE = re.compile(r'(?:FROM|UPDATE|INTO)\s+"(\w+)"', re.I)
 
 

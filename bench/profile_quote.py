@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_quotes_http import DEFAULT_DATABASE_URL, bench_settings  # noqa: E402
 
 
 def main() -> None:
@@ -30,23 +33,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="requests per batch")
     ap.add_argument("--batches", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument(
-        "--database-url",
-        default=os.environ.get(
-            "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/lifecycle_bench"
-        ),
-    )
+    ap.add_argument("--database-url", default=DEFAULT_DATABASE_URL)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    os.environ.update(
-        DATABASE_URL=args.database_url,
-        DEBUG="0",
-        ALLOWED_HOSTS="testserver",
-        SECRET_KEY="bench-only-" + "x" * 50,
-        SECURE_SSL_REDIRECT="0",
-        LOG_LEVEL="WARNING",
-        API_THROTTLE_RATE="100000000/min",
-    )
+    os.environ.update(bench_settings(args.database_url, "testserver"))
     os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
     import django
