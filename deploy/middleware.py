@@ -1,16 +1,21 @@
-"""Refuse, before any view or query runs, API requests (/api/, and the OpenAI-compatible
-/v1/ in OpenAI's error envelope) whose path, query or headers hold a NUL character:
-PostgreSQL refuses NUL in text, so it could only ever end in a 500. A NUL in the path
-names nothing (404); in the query or a header it is bad input (400).
-(JSON bodies: routing.api.parsers.) And answer 503 for a plain view under /api/ whose
-database or broker is away (ServiceUnavailableMiddleware)."""
+"""Refuse, before any view or query runs, requests on any path whose path, query or
+headers hold a NUL character (PostgreSQL refuses NUL in text, so it could only ever end
+in a 500), or whose path names an integer id past a 64-bit integer (no row has it; the
+admin's lookups would overflow). A NUL or an overflowing id in the path names nothing
+(404); a NUL in the query or a header, or an overflowing integer in an admin query
+(its date hierarchy's `?created_at__year=`), is bad input (400). The answer takes each
+surface's shape: problem+json on /api/ (and other non-browser paths), OpenAI's error
+envelope on /v1/, a plain page on /admin/. (JSON bodies: routing.api.parsers.)
+And answer 503 for a plain view under /api/ whose database or broker is away
+(ServiceUnavailableMiddleware)."""
 
 from __future__ import annotations
 
-from urllib.parse import unquote_to_bytes
+import re
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.deprecation import MiddlewareMixin
 from rest_framework import status
@@ -18,19 +23,29 @@ from whitenoise.middleware import WhiteNoiseMiddleware
 
 from deploy.problems import (
     UNAVAILABLE_ERRORS,
+    plain_page,
     problem_body,
     problem_response,
     unavailable_response,
 )
 from routing.compat.errors import envelope_from_problem
 
+# The widest integer column (bigint): an id past it names no row anywhere.
+INT64_MAX = 2**63 - 1
+_INTEGER = re.compile(r"[+-]?\d+")
+# Free text in an admin query (its search box, the login's next page): never a number.
+_FREE_TEXT_PARAMS = {"q", "next"}
 
-def _refusal(request, **problem) -> JsonResponse:
-    """The problem, as problem+json under /api/ or OpenAI's envelope under /v1/."""
+
+def _refusal(request, **problem) -> HttpResponse:
+    """The problem, in OpenAI's envelope under /v1/, as a plain page under /admin/,
+    else as problem+json."""
     if request.path.startswith("/v1/"):
         body = problem_body(**{"instance": None, **problem})
         status_code = problem["status_code"]
         return JsonResponse(envelope_from_problem(body, status_code), status=status_code)
+    if request.path.startswith("/admin/"):
+        return plain_page(problem["status_code"], problem["title"], problem["detail"])
     return problem_response(**problem)
 
 
@@ -50,10 +65,18 @@ def api_input_guard(get_response):
     return middleware
 
 
+def overflows(text: str) -> bool:
+    """Whether `text` is an integer outside a signed 64-bit integer's range (of any
+    length: no int() of thousands of digits)."""
+    if len(text) < 19 or not _INTEGER.fullmatch(text):
+        return False
+    digits = text.lstrip("+-").lstrip("0")
+    return len(digits) > 19 or not -INT64_MAX - 1 <= int(text) <= INT64_MAX
+
+
 def _refused(request):
-    """The 404/400 refusal of an API request holding a NUL character, else None."""
-    if not request.path.startswith(("/api/", "/v1/")):
-        return None
+    """The 404/400 refusal of a request holding a NUL character or an overflowing id,
+    else None."""
     if "\x00" in request.path:
         return _refusal(
             request,
@@ -62,6 +85,15 @@ def _refused(request):
             title="Not found",
             detail="Nothing at a path that holds a NUL character.",
             instance=request.path.replace("\x00", "\\u0000"),
+        )
+    if any(overflows(part) for part in request.path.split("/")):
+        return _refusal(
+            request,
+            status_code=status.HTTP_404_NOT_FOUND,
+            slug="not-found",
+            title="Not found",
+            detail="Nothing at a path whose id is past a 64-bit integer.",
+            instance=request.path,
         )
     query = request.META.get("QUERY_STRING", "")
     if query and b"\x00" in unquote_to_bytes(query.replace("+", " ")):
@@ -73,6 +105,17 @@ def _refused(request):
             detail="A query parameter holds a NUL character (%00).",
             instance=request.path,
         )
+    if query and request.path.startswith("/admin/"):
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            if name not in _FREE_TEXT_PARAMS and overflows(value):
+                return _refusal(
+                    request,
+                    status_code=status.HTTP_400_BAD_REQUEST,
+                    slug="invalid-parameter",
+                    title="Invalid parameter",
+                    detail=f"The query parameter {name[:100]} is past a 64-bit integer.",
+                    instance=request.path,
+                )
     if any(
         "\x00" in value
         for name, value in request.META.items()

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError as DatabaseInterfaceError
 from django.db import OperationalError as DatabaseOperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
+from django.utils.html import format_html
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from rest_framework import exceptions, status
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
@@ -237,7 +238,23 @@ def problem_response(
     )
 
 
+def plain_page(status_code: int, title: str, detail: str) -> HttpResponse:
+    """A plain HTML error page, for the admin (a browser's surface, not the API's)."""
+    page = format_html(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{} {}</title>'
+        "</head><body><h1>{} {}</h1><p>{}</p></body></html>",
+        status_code,
+        title,
+        status_code,
+        title,
+        detail,
+    )
+    return HttpResponse(page, status=status_code, content_type="text/html; charset=utf-8")
+
+
 def handler404(request, exception=None):  # noqa: ARG001
+    if request.path.startswith("/admin/"):
+        return plain_page(404, "Not found", "Nothing at this address.")
     return problem_response(
         status_code=status.HTTP_404_NOT_FOUND,
         slug="not-found",
@@ -285,6 +302,8 @@ def handler400(request, exception=None):
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
             content_type=PROBLEM_CONTENT_TYPE,
         )
+    if request.path.startswith("/admin/"):
+        return plain_page(400, "Bad request", "The request could not be understood.")
     return problem_response(
         status_code=status.HTTP_400_BAD_REQUEST,
         slug="malformed-request",

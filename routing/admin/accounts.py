@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -114,7 +115,7 @@ class AccountAdmin(admin.ModelAdmin):
 
     def quote_view(self, request, pk: int):
         """The router's answer for this account, as a client would get it."""
-        account = Account.objects.get(pk=pk)
+        account = get_object_or_404(Account, pk=pk)
         form = RouterTryForm(request.POST or None)
         result = error = None
         if request.method == "POST" and form.is_valid():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from django.contrib import admin
@@ -12,7 +13,12 @@ from django.utils.html import format_html
 from routing.core.formats import credits_text, moment
 
 
+@functools.cache
 def _credits_display(name: str, label: str):
+    """One display function per field: Django's admin matches read-only fields by
+    identity (a change form excludes `get_readonly_fields` from the fields of
+    `get_fieldsets`), so each call must give the same object."""
+
     def show(obj):
         return credits_text(getattr(obj, name))
 

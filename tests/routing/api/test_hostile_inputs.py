@@ -101,6 +101,35 @@ def test_a_nul_in_the_path_is_a_404(raising_api, path):
     assert_problem(raising_api.get(path), 404)
 
 
+HUGE = "99999999999999999999999"  # past a 64-bit integer
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/api/v1/models/{HUGE}/",
+        f"/api/v1/files/{HUGE}",
+        f"/api/v1/files/{HUGE}/content",
+        f"/api/v1/jobs/{HUGE}",
+        f"/api/v1/jobs/-{HUGE}/cancel",
+        f"/api/v1/batches/{HUGE}",
+        f"/api/v1/{HUGE}",
+        f"/api/v1/batches/{'9' * 5000}",
+    ],
+)
+def test_an_overflowing_id_in_the_path_is_a_404(raising_api, path):
+    assert_problem(raising_api.get(path), 404)
+
+
+@pytest.mark.parametrize(
+    "path", [f"/v1/models/{HUGE}", f"/v1/files/{HUGE}", f"/v1/batches/{HUGE}", f"/v1/{HUGE}"]
+)
+def test_an_overflowing_id_on_v1_is_a_404_in_the_envelope(raising_api, path):
+    r = raising_api.get(path)
+    assert r.status_code == 404 and r["Content-Type"].startswith("application/json")
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
 @pytest.mark.parametrize("path", ["/api/v1/quotes", "/api/v1/jobs", "/api/v1/batches"])
 def test_deeply_nested_json_is_a_400(raising_api, path):
     body = "[" * 100_000 + "]" * 100_000
