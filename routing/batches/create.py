@@ -30,7 +30,12 @@ def batch_create(
 ) -> Batch:
     """Write a batch in `validating`; the validation task runs after commit. Raises
     BatchError for a bad argument (the file is someone else's or not a batch input, an
-    unknown endpoint, a bad window or start)."""
+    unknown endpoint, a bad window or start).
+
+    The file is checked again in the transaction under its row lock (the lock
+    `file_delete` takes): a delete that wins the race leaves no file to find (the create
+    is a `file-not-found`), a create that wins leaves a batch the delete sees
+    (`file-in-use`). Never a foreign-key violation at commit."""
     at = at or timezone.now()
     f = File.objects.filter(pk=input_file_id, account=account).first()
     if f is None:
@@ -45,6 +50,10 @@ def batch_create(
     start = parse_start(start_at, at)
     check_metadata(metadata)
     with transaction.atomic():
+        if not list(File.objects.select_for_update().filter(pk=f.pk).values_list("pk")):
+            raise BatchError(
+                f"No file {input_file_id}.", param="input_file_id", code="file-not-found"
+            )
         batch = Batch.objects.create(
             account=account,
             input_file=f,
