@@ -1,5 +1,6 @@
 """The API's JSON parser: DRF's, with the bounds of routing.core.jsonsafe (nesting depth,
-finite numbers, no NUL or lone surrogate), so a hostile body is a 400 and never reaches a recursive parser
+finite numbers within a double's range, no key twice, no NUL or lone surrogate; the field
+named where known), so a hostile body is a 400 and never reaches a recursive parser
 or the database."""
 
 from __future__ import annotations
@@ -22,5 +23,18 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - the body is not {encoding}: {exc}") from None
         except LookupError:
             raise ParseError(f"JSON parse error - unknown charset {encoding!r}.") from None
+        except jsonsafe.UnsafeJSON as exc:
+            if exc.path is None:
+                raise ParseError(f"JSON parse error - {exc}") from None
+            # (Imported here: deploy.problems imports DRF, whose settings import this.)
+            from deploy.problems import Problem
+
+            raise Problem(  # the field named, as `parameter` (OpenAI's envelope: `param`)
+                status_code=400,
+                slug="malformed-request",
+                title="Malformed request",
+                detail=f"JSON parse error - {exc}",
+                parameter=exc.path,
+            ) from None
         except ValueError as exc:  # jsonsafe.UnsafeJSON, json.JSONDecodeError
             raise ParseError(f"JSON parse error - {exc}") from None

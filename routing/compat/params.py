@@ -102,6 +102,8 @@ def body_of(raw: bytes) -> dict:
         body = jsonsafe.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise invalid("The request body is not UTF-8.") from None
+    except jsonsafe.UnsafeJSON as exc:
+        raise invalid(f"JSON parse error - {exc}", exc.path) from None
     except ValueError as exc:
         raise invalid(f"JSON parse error - {exc}") from None
     if not isinstance(body, dict):

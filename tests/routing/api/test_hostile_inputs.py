@@ -195,3 +195,45 @@ def test_options_describes_the_resource(raising_api):
     r = raising_api.options("/api/v1/jobs")
     assert r.status_code == 200
     assert r.json()["parses"] == ["application/json"]
+
+
+# --- Numbers past a double's range, and keys twice (issue 23, finding 6) -----------------
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/api/v1/quotes", json.dumps(GDPVAL).replace("8000", "1e309"), "input_tokens"),
+        ("/api/v1/jobs", json.dumps(GDPVAL).replace("15", "-1e400"), "tool_seconds"),
+        ("/api/v1/jobs", json.dumps(GDPVAL).replace("30", "1" + "0" * 400), "turns"),
+        (
+            "/api/v1/batches",
+            '{"input_file_id": "file-x", "endpoint": "/v1/jobs", "metadata": {"k": 1e309}}',
+            "metadata.k",
+        ),
+    ],
+)
+def test_a_number_past_a_doubles_range_is_a_400_naming_the_field(raising_api, path, body, param):
+    problem = assert_problem(raising_api.post(path, body, content_type="application/json"), 400)
+    assert problem["parameter"] == param and param in problem["detail"]
+    assert "outside the range of a double" in problem["detail"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/quotes", "/api/v1/jobs", "/api/v1/batches"])
+def test_a_key_twice_is_a_400_naming_the_key(raising_api, path):
+    body = '{"model": "sol", "model": "luna", "input_tokens": 10}'
+    problem = assert_problem(raising_api.post(path, body, content_type="application/json"), 400)
+    assert problem["parameter"] == "model"
+    assert "'model' appears more than once" in problem["detail"]
+
+
+def test_batch_metadata_never_stores_inf(raising_api, account):
+    from routing.models import Batch
+    from tests.helpers import file_upload, jsonl
+
+    f = file_upload(account, jsonl(1))
+    body = f'{{"input_file_id": "{f.pk}", "endpoint": "/v1/jobs", "metadata": {{"k": 1e309}}}}'
+    for base in ("/api/v1", "/v1"):
+        r = raising_api.post(f"{base}/batches", body, content_type="application/json")
+        assert r.status_code == 400, r.content
+    assert not Batch.objects.exists()

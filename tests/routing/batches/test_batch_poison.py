@@ -36,6 +36,10 @@ NUL_PROMPT = line(prompt="hello\u0000world")
 NAN = b'{"custom_id": "nan", "body": {"model": "sol", "input_tokens": NaN, "output_tokens": 10}}'
 INFINITY = b'{"custom_id": "inf", "body": {"model": "sol", "tool_seconds": -Infinity}}'
 SURROGATE = line("sur", prompt="\ud800")
+# Past a double's range: read as infinity, which jsonb refused for the whole batch.
+HUGE = b'{"custom_id": "huge", "body": {"model": "sol", "input_tokens": 1e309}}'
+HUGE_INT = b'{"custom_id": "hi", "body": {"model": "sol", "tool_seconds": 1' + b"0" * 400 + b"}}"
+DUPLICATE_KEY = b'{"custom_id": "dup", "body": {"model": "sol", "model": "luna"}}'
 
 
 @pytest.mark.parametrize(
@@ -47,14 +51,44 @@ SURROGATE = line("sur", prompt="\ud800")
         (NAN, "invalid_json_line"),
         (INFINITY, "invalid_json_line"),
         (SURROGATE, "invalid_json_line"),
+        (HUGE, "invalid_json_line"),
+        (HUGE_INT, "invalid_json_line"),
+        (DUPLICATE_KEY, "invalid_json_line"),
     ],
-    ids=["deep", "nul-custom-id", "nul-prompt", "nan", "infinity", "lone-surrogate"],
+    ids=[
+        "deep",
+        "nul-custom-id",
+        "nul-prompt",
+        "nan",
+        "infinity",
+        "lone-surrogate",
+        "1e309",
+        "huge-integer",
+        "duplicate-key",
+    ],
 )
 def test_a_poisoned_line_fails_the_batch_with_its_line_number(account, poison, code):
     b = make(account, jsonl(2) + b"\n" + poison + b"\n" + jsonl(1, start=2))
     assert b.status == "failed" and b.failed_at
     assert [(e["code"], e["line"]) for e in b.errors] == [(code, 3)]
     assert not BatchRequest.objects.filter(batch=b).exists()
+
+
+@pytest.mark.parametrize(
+    "poison, param, words",
+    [
+        (HUGE, "body.input_tokens", "1e309 is outside the range of a double"),
+        (HUGE_INT, "body.tool_seconds", "outside the range of a double"),
+        (NAN, "body.input_tokens", "NaN is not a JSON number"),
+        (DUPLICATE_KEY, "body.model", "'model' appears more than once"),
+    ],
+)
+def test_a_refused_number_or_key_names_its_line_and_field(account, poison, param, words):
+    b = make(account, jsonl(1) + b"\n" + poison)
+    assert b.status == "failed"
+    [error] = b.errors
+    assert (error["line"], error["param"]) == (2, param)
+    assert words in error["message"] and param in error["message"]
 
 
 def test_nesting_up_to_the_limit_is_accepted(account):
@@ -210,8 +244,12 @@ def test_jsonsafe_loads_refuses_what_postgres_or_recursion_would():
     assert jsonsafe.loads("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH) is not None
     for bad, path in [
         ("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1), None),
-        ('{"a": NaN}', None),
-        ('{"a": [1, Infinity]}', None),
+        ('{"a": NaN}', "a"),
+        ('{"a": [1, Infinity]}', "a[1]"),
+        ('{"a": {"b": 1e309}}', "a.b"),
+        ('{"a": -1E+400}', "a"),
+        ('{"a": 1, "b": 2, "a": 3}', "a"),
+        ('[{"x": {"y": 1, "y": 1}}]', "[0].x.y"),
         ('{"a": {"b": ["x", "y\\u0000"]}}', "a.b[1]"),
         ('{"k\\u0000": 1}', ""),
         ('{"s": "\\udc00"}', "s"),
@@ -220,3 +258,6 @@ def test_jsonsafe_loads_refuses_what_postgres_or_recursion_would():
             jsonsafe.loads(bad)
         assert exc.value.path == path or (path == "" and exc.value.path is None)
     assert jsonsafe.loads('"\\ud83d\\ude00"') == "\U0001f600"  # a surrogate pair is fine
+    # The edge of a double's range, and the same key in two objects, are fine.
+    assert jsonsafe.loads('{"a": 1.7976931348623157e308, "b": "1e309", "c": 1e-400}')["c"] == 0
+    assert jsonsafe.loads('[{"a": 1}, {"a": 2}]') == [{"a": 1}, {"a": 2}]

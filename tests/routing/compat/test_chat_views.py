@@ -209,3 +209,24 @@ def test_a_responses_stream_has_the_event_types(api):
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == events[-1]["response"]["output"][0]["content"][0]["text"]
     assert events[-1]["response"]["usage"]["output_tokens"] == 20
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize(
+    "raw, param, words",
+    [
+        ('"temperature": 1e309', "temperature", "outside the range of a double"),
+        ('"top_p": -1E400', "top_p", "outside the range of a double"),
+        ('"temperature": NaN', "temperature", "NaN"),
+        ('"model": "luna", "model": "sol"', "model", "'model' appears more than once"),
+    ],
+)
+def test_a_number_past_a_doubles_range_or_a_key_twice_is_a_400(api, path, raw, param, words):
+    """Issue 23, finding 6: 1e309 was accepted (as infinity) where NaN was a 400; a key
+    twice was last-wins."""
+    inner = '"input": "hi"' if path == "/v1/responses" else f'"messages": {json.dumps(MESSAGES)}'
+    body = f'{{"model": "sol", {inner}, {raw}}}'
+    err = error_of(api.post(path, body, content_type="application/json"), 400)
+    assert err["param"] == param and words in err["message"], err
+    assert err["type"] == "invalid_request_error"
+    assert not Job.objects.exists()
