@@ -9,13 +9,14 @@ from django.db.models import QuerySet
 from catalog.lifecycle import STATUSES, LifecycleError, retiring_within_q, status_q
 from catalog.models import ModelVersion
 from catalog.serializers import deployments_prefetch
+from catalog.text import echo
 
 
 class ModelNotFound(LookupError):
     def __init__(self, slug: str):
         self.slug = slug
         known = list(ModelVersion.objects.order_by("slug").values_list("slug", flat=True))
-        super().__init__(f"No model {slug!r}. Known models: {', '.join(known)}.")
+        super().__init__(f"No model {echo(slug)}. Known models: {', '.join(known)}.")
 
 
 def model_list(
@@ -30,7 +31,7 @@ def model_list(
     if status:
         if status not in STATUSES:
             raise LifecycleError(
-                f"Unknown status {status!r}; expected one of {', '.join(STATUSES)}."
+                f"Unknown status {echo(status)}; expected one of {', '.join(STATUSES)}."
             )
         qs = qs.filter(status_q(status, at))
     if family:

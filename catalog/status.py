@@ -25,6 +25,8 @@ from typing import Protocol
 from django.db.models import Q
 from django.utils import timezone
 
+from catalog.text import echo
+
 UPCOMING = "upcoming"
 PREVIEW = "preview"
 ACTIVE = "active"
@@ -96,7 +98,7 @@ def status_q(status: str, at: dt.datetime | None = None) -> Q:
         return released & ~retired & ~deprecated & preview
     if status == ACTIVE:
         return released & ~retired & ~deprecated & ~preview
-    raise LifecycleError(f"Unknown status {status!r}; expected one of {', '.join(STATUSES)}.")
+    raise LifecycleError(f"Unknown status {echo(status)}; expected one of {', '.join(STATUSES)}.")
 
 
 def is_serving(model: Dated, at: dt.datetime | None = None) -> bool:

@@ -21,6 +21,7 @@ from catalog.serializers import (
     TierListSerializer,
     TierSerializer,
 )
+from catalog.text import echo
 from deploy.health import health_report
 from deploy.pagination import ListCursorPagination
 from deploy.problems import Problem
@@ -67,7 +68,7 @@ class ModelListView(generics.ListAPIView):
         status_ = query_value(request, "status")
         if status_ is not None and status_ not in STATUSES:
             raise invalid_parameter(
-                "status", f"Unknown status {status_!r}; one of {', '.join(STATUSES)}."
+                "status", f"Unknown status {echo(status_)}; one of {', '.join(STATUSES)}."
             )
         try:
             return model_list(

@@ -7,6 +7,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
+from catalog.text import echo
 from deploy.problems import Problem
 from deploy.query import query_int, query_value
 
@@ -26,7 +27,7 @@ def invalid_after(after: str) -> Problem:
         status_code=400,
         slug="invalid-parameter",
         title="Invalid query parameter",
-        detail=f"after={after!r} names no item of this list; "
+        detail=f"after={echo(after)} names no item of this list; "
         "pass the id of the last item of the previous page, or start again without it.",
         parameter="after",
     )

@@ -24,9 +24,14 @@ from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
+from catalog.text import cut
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+# The longest request path a problem's `instance` repeats (a URI: cut, it would name
+# another resource, so a longer one is left out).
+INSTANCE_MAX = 2000
 
 
 def problem_type_uri(slug: str) -> str:
@@ -79,7 +84,7 @@ def problem_body(
         "status": status_code,
         "detail": detail,
     }
-    if instance:
+    if instance and len(instance) <= INSTANCE_MAX:  # (a longer path is not echoed back)
         body["instance"] = instance
     body.update(ext)
     return body
@@ -259,7 +264,7 @@ def handler404(request, exception=None):  # noqa: ARG001
         status_code=status.HTTP_404_NOT_FOUND,
         slug="not-found",
         title="Not found",
-        detail=f"Nothing at {request.path}.",
+        detail=f"Nothing at {cut(request.path)}.",
         instance=request.path,
     )
 

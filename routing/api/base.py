@@ -11,6 +11,7 @@ from catalog import lifecycle
 from deploy.pagination import ListCursorPagination
 from deploy.query import invalid_parameter, query_value
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
+from routing.core.formats import echo
 
 
 class NewestFirstPagination(ListCursorPagination):
@@ -52,7 +53,9 @@ def filter_choice(request, qs, name: str, choices):
     if wanted is None:
         return qs
     if wanted not in choices:
-        raise invalid_parameter(name, f"Unknown {name} {wanted!r}; one of {', '.join(choices)}.")
+        raise invalid_parameter(
+            name, f"Unknown {name} {echo(wanted)}; one of {', '.join(choices)}."
+        )
     return qs.filter(**{name: wanted})
 
 

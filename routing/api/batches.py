@@ -17,6 +17,7 @@ from routing.api.serializers import BatchCreateSerializer, BatchSerializer
 from routing.api.shapes import batch_json
 from routing.batches.cancel import batch_cancel
 from routing.batches.create import batch_create
+from routing.core.formats import cut
 from routing.models import Batch
 
 
@@ -29,7 +30,7 @@ def own_batch(account, batch_id) -> Batch:
             status_code=404,
             slug="batch-not-found",
             title="Unknown batch",
-            detail=f"No batch {batch_id}.",
+            detail=f"No batch {cut(batch_id)}.",
         ) from None
 
 

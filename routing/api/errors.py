@@ -20,6 +20,7 @@ from routing.api.base import model_url
 from routing.api.shapes import candidate_brief, candidate_json
 from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected
+from routing.core.formats import echo
 from routing.jobs.errors import (
     IdempotencyConflict,
     IdempotencyMismatch,
@@ -73,7 +74,7 @@ def model_unknown(exc: ModelUnknown, request, model: str) -> Problem:
         status_code=404,
         slug="model-not-found",
         title="Unknown model",
-        detail=f"No model {model!r}: see GET /api/v1/models/ (or use 'auto').",
+        detail=f"No model {echo(model)}: see GET /api/v1/models/ (or use 'auto').",
     )
 
 

@@ -17,7 +17,7 @@ from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.serializers import FileSerializer, FileUploadSerializer
 from routing.batches.files import file_create, file_delete, file_json
-from routing.core.formats import iso
+from routing.core.formats import cut, iso
 from routing.models import File
 
 
@@ -29,7 +29,7 @@ def own_file(account, file_id) -> File:
             status_code=404,
             slug="file-not-found",
             title="Unknown file",
-            detail=f"No file {file_id}.",
+            detail=f"No file {cut(file_id)}.",
         )
     return f
 

@@ -21,6 +21,7 @@ from routing.api.base import (
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.serializers import JobRequestSerializer, JobSerializer, job_request_validator
 from routing.api.shapes import job_json
+from routing.core.formats import cut, echo
 from routing.jobs.cancel import job_cancel
 from routing.jobs.submit import job_submit
 from routing.models import Job
@@ -50,7 +51,10 @@ def own_job(account, job_id) -> Job:
         )
     except (Job.DoesNotExist, ValueError, ValidationError):
         raise Problem(
-            status_code=404, slug="job-not-found", title="Unknown job", detail=f"No job {job_id}."
+            status_code=404,
+            slug="job-not-found",
+            title="Unknown job",
+            detail=f"No job {cut(job_id)}.",
         ) from None
 
 
@@ -152,7 +156,7 @@ class JobDetailView(ClientAPIView):
         wanted = "excerpt" if wanted is None else wanted
         if wanted not in OUTPUT_CHOICES:
             raise invalid_parameter(
-                "output", f"Unknown output {wanted!r}; one of {', '.join(OUTPUT_CHOICES)}."
+                "output", f"Unknown output {echo(wanted)}; one of {', '.join(OUTPUT_CHOICES)}."
             )
         job = own_job(self.account, job_id)
         body = job_json(job, detail=True, full_output=wanted == "full")

@@ -9,6 +9,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 from routing.core import jsonsafe
+from routing.core.formats import echo
 
 
 class BoundedJSONParser(JSONParser):
@@ -22,7 +23,7 @@ class BoundedJSONParser(JSONParser):
         except UnicodeDecodeError as exc:
             raise ParseError(f"JSON parse error - the body is not {encoding}: {exc}") from None
         except LookupError:
-            raise ParseError(f"JSON parse error - unknown charset {encoding!r}.") from None
+            raise ParseError(f"JSON parse error - unknown charset {echo(encoding, 40)}.") from None
         except jsonsafe.UnsafeJSON as exc:
             if exc.path is None:
                 raise ParseError(f"JSON parse error - {exc}") from None

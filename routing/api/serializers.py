@@ -13,6 +13,7 @@ from rest_framework import serializers
 
 from routing.api.validation import PlainValidator, route_request_problems
 from routing.batches.params import ENDPOINTS
+from routing.core.formats import cut
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
     MAX_PROMPT_CHARS,
@@ -336,9 +337,21 @@ class FileUploadSerializer(serializers.Serializer):
     purpose = serializers.CharField(help_text="`batch`.")
 
 
+class BoundedChoiceField(serializers.ChoiceField):
+    """A choice whose refusal echoes at most ECHO_MAX characters of what was sent."""
+
+    def to_internal_value(self, data):
+        if data == "" and self.allow_blank:
+            return ""
+        try:
+            return self.choice_strings_to_values[str(data)]
+        except KeyError:
+            self.fail("invalid_choice", input=cut(data))
+
+
 class BatchCreateSerializer(serializers.Serializer):
     input_file_id = serializers.CharField(max_length=40)
-    endpoint = serializers.ChoiceField(
+    endpoint = BoundedChoiceField(
         choices=list(ENDPOINTS),
         default="/v1/jobs",
         error_messages={

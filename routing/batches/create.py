@@ -12,6 +12,7 @@ from routing.batches.errors import BatchError
 from routing.batches.params import check_endpoint, check_metadata, parse_start, parse_window
 from routing.batches.send import send_validate
 from routing.core.clock import wall
+from routing.core.formats import cut
 from routing.models import Account, Batch, BatchSchedule, File
 
 
@@ -39,7 +40,9 @@ def batch_create(
     at = at or timezone.now()
     f = File.objects.filter(pk=input_file_id, account=account).first()
     if f is None:
-        raise BatchError(f"No file {input_file_id}.", param="input_file_id", code="file-not-found")
+        raise BatchError(
+            f"No file {cut(input_file_id)}.", param="input_file_id", code="file-not-found"
+        )
     if f.purpose != File.Purpose.BATCH:
         raise BatchError(
             f"File {f.id} has purpose {f.purpose!r}; a batch needs a file uploaded with purpose 'batch'.",
@@ -52,7 +55,7 @@ def batch_create(
     with transaction.atomic():
         if not list(File.objects.select_for_update().filter(pk=f.pk).values_list("pk")):
             raise BatchError(
-                f"No file {input_file_id}.", param="input_file_id", code="file-not-found"
+                f"No file {cut(input_file_id)}.", param="input_file_id", code="file-not-found"
             )
         batch = Batch.objects.create(
             account=account,

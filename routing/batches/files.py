@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from routing.core.formats import iso
+from routing.core.formats import echo, iso
 from routing.models import Account, Batch, File
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def file_create(*, account: Account, purpose: str, upload, filename: str | None 
     lines are checked when a batch is created from it."""
     if purpose != File.Purpose.BATCH:
         raise FileRejected(
-            f"Unknown purpose {purpose!r}; clients upload files with purpose 'batch'.",
+            f"Unknown purpose {echo(purpose)}; clients upload files with purpose 'batch'.",
             code="invalid-purpose",
         )
     name = (filename or getattr(upload, "name", None) or "input.jsonl")[:255]

@@ -6,6 +6,7 @@ import datetime as dt
 import re
 
 from routing.batches.errors import BatchError
+from routing.core.formats import echo
 
 ENDPOINTS = ("/v1/jobs", "/v1/chat/completions", "/v1/responses")
 MIN_WINDOW_SECONDS = 60.0
@@ -22,7 +23,7 @@ def parse_window(text: str | None) -> tuple[str, float]:
     m = _WINDOW.match(text)
     if not m:
         raise BatchError(
-            f"completion_window {text!r} is not a duration like 30m, 8h, 24h or 2d.",
+            f"completion_window {echo(text)} is not a duration like 30m, 8h, 24h or 2d.",
             param="completion_window",
         )
     seconds = float(m.group(1)) * _UNIT[m.group(2)]
@@ -45,7 +46,7 @@ def parse_start(value, now: dt.datetime) -> dt.datetime:
             at = dt.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
             raise BatchError(
-                f"start_at {value!r} is not an ISO 8601 time (2026-12-03T02:00:00Z) or 'now'.",
+                f"start_at {echo(value)} is not an ISO 8601 time (2026-12-03T02:00:00Z) or 'now'.",
                 param="start_at",
             ) from None
     if at.tzinfo is None:
@@ -58,7 +59,7 @@ def parse_start(value, now: dt.datetime) -> dt.datetime:
 def check_endpoint(endpoint: str) -> None:
     if endpoint not in ENDPOINTS:
         raise BatchError(
-            f"endpoint {endpoint!r} is not batchable; use one of {', '.join(ENDPOINTS)}.",
+            f"endpoint {echo(endpoint)} is not batchable; use one of {', '.join(ENDPOINTS)}.",
             param="endpoint",
         )
 

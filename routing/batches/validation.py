@@ -25,6 +25,7 @@ from routing.batches.finish import batch_fail
 from routing.batches.planning import batch_plan, batch_start, plan_json, plan_refusal
 from routing.core import jsonsafe, openai_shapes
 from routing.core.clock import wall
+from routing.core.formats import echo
 from routing.core.limits import MAX_PROMPT_CHARS, MAX_TASK_TOKENS, MAX_TOOL_SECONDS, MAX_TURNS
 from routing.models import Account, Batch, BatchRequest
 from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown, resolve_for_routing
@@ -72,7 +73,7 @@ class _Models:
                 res = resolve_for_routing(ref, auto_migrate=self.account.auto_migrate, at=self.at)
                 self.cache[ref] = res.model
             except ModelUnknown:
-                self.cache[ref] = LineRefused(f"Unknown model {ref!r}.")
+                self.cache[ref] = LineRefused(f"Unknown model {echo(ref)}.")
             except ModelRetired as exc:
                 self.cache[ref] = retired_refusal(exc)
             except ModelNotServing as exc:
@@ -202,7 +203,7 @@ def _line_object(
         return None, error_entry("invalid_method", "method must be POST.", number, "method", cid)
     url = obj.get("url", batch.endpoint)
     if url not in (batch.endpoint, "/api" + batch.endpoint):
-        message = f"url {url!r} differs from the batch's endpoint {batch.endpoint}."
+        message = f"url {echo(url)} differs from the batch's endpoint {batch.endpoint}."
         return None, error_entry("mismatched_url", message, number, "url", cid)
     return obj, None
 

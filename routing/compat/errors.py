@@ -14,6 +14,7 @@ from django.http import JsonResponse
 from rest_framework.response import Response
 
 from deploy.problems import problem_exception_handler
+from routing.core.formats import cut
 
 # OpenAI's `type` by HTTP status (the SDK picks its exception class by status).
 _TYPE_BY_STATUS = {
@@ -83,7 +84,7 @@ def not_found(request, exception=None):  # noqa: ARG001
     """Unknown paths under /v1/: OpenAI's JSON 404 for every method (no CSRF page)."""
     return error_response(
         404,
-        f"Unknown request URL: {request.method} {request.path}. "
+        f"Unknown request URL: {cut(request.method, 20)} {cut(request.path)}. "
         "See the compatibility table in the README.",
         "unknown_url",
     )

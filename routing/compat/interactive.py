@@ -29,6 +29,7 @@ from routing.api.errors import domain_problems
 from routing.compat import params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
+from routing.core.formats import cut
 from routing.core.openai_shapes import service_tier_word, unix
 from routing.jobs.interactive import (
     Interactive,
@@ -104,7 +105,9 @@ def _ids(job: Job) -> tuple[str, int]:
 
 def _method_not_allowed(request) -> JsonResponse:
     response = error_response(
-        405, f"{request.method} is not allowed on {request.path}; use POST.", "method_not_allowed"
+        405,
+        f"{cut(request.method, 20)} is not allowed on {cut(request.path)}; use POST.",
+        "method_not_allowed",
     )
     response["Allow"] = "POST"
     return response

@@ -3,6 +3,7 @@ the jobs/quotes API and for batch lines."""
 
 from __future__ import annotations
 
+from routing.core.formats import echo
 from simengine import TIERS
 
 # Larger than any context window (1.05 M tokens): anything above is a typo.
@@ -31,6 +32,6 @@ def tier_word(value: str | None) -> str | None:
         return TIER_ALIASES[value]
     if value not in TIERS:
         raise ValueError(
-            f"Unknown tier {value!r}; use one of {', '.join(TIERS)} (or default, fast, auto)."
+            f"Unknown tier {echo(value)}; use one of {', '.join(TIERS)} (or default, fast, auto)."
         )
     return value
