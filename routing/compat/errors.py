@@ -28,7 +28,6 @@ _CODE_BY_SLUG = {
     "not-authenticated": ("invalid_api_key", "authentication_error"),
     "authentication-failed": ("invalid_api_key", "authentication_error"),
     "quota-exhausted": ("insufficient_quota", "insufficient_quota"),
-    "too-many-requests": ("rate_limit_exceeded", "rate_limit_error"),
     "rate-limited": ("rate_limit_exceeded", "rate_limit_error"),
 }
 # Problem members that are not extensions (they become message/code, or are dropped).

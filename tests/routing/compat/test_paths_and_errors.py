@@ -171,3 +171,19 @@ def test_file_content_answers_any_accept(api, account):
             assert r.status_code == 200 and b"".join(r.streaming_content) == jsonl(2)
     r = api.get("/v1/files/file-nope/content", HTTP_ACCEPT="application/binary")
     envelope(r, 404, "file_not_found")
+
+
+@pytest.mark.parametrize(
+    "limit, value, code",
+    [("MAX_BATCH_REQUESTS", 10, "too_many_requests"), ("MAX_FILE_BYTES", 100, "file_too_large")],
+)
+def test_a_too_large_file_is_a_413_invalid_request_error(api, monkeypatch, limit, value, code):
+    """Issue 23, finding 7: a file over the line limit was a `rate_limit_error` (the SDK
+    raised RateLimitError and retried); OpenAI's type for a bad upload is
+    `invalid_request_error`, here with the 413 status."""
+    from routing.batches import files
+
+    monkeypatch.setattr(files, limit, value)
+    r = api.post("/v1/files", {"purpose": "batch", "file": io.BytesIO(jsonl(11))})
+    err = envelope(r, 413, code)
+    assert err["type"] == "invalid_request_error"
