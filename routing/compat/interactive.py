@@ -74,7 +74,7 @@ def _begin(request, endpoint: str):
     an error response in OpenAI's envelope."""
     try:
         account = _account(request)
-        body = params.body_of(request.body)
+        body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
         req = read(body, request.headers)
         with domain_problems(request, model=req.model):

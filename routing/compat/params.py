@@ -23,8 +23,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rest_framework.exceptions import UnsupportedMediaType
+
 from deploy.problems import Problem
 from routing.core import jsonsafe, openai_shapes
+from routing.core.formats import cut
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
     MAX_TASK_TOKENS,
@@ -94,10 +97,15 @@ class Interactive:
         }
 
 
-def body_of(raw: bytes) -> dict:
-    """The request body: a JSON object within jsonsafe's bounds."""
+def body_of(raw: bytes, content_type: str = "application/json") -> dict:
+    """The request body: a JSON object within jsonsafe's bounds, sent as
+    `application/json` (any charset parameter): another Content-Type is a 415, as on
+    every JSON endpoint (the openai SDK, and LangChain and LiteLLM through it, always
+    send application/json)."""
     if not raw:
         raise invalid("The request body must be a JSON object.")
+    if content_type.strip().lower() != "application/json":
+        raise UnsupportedMediaType(cut(content_type or "(none)", 80))
     try:
         body = jsonsafe.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

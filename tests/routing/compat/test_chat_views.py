@@ -230,3 +230,26 @@ def test_a_number_past_a_doubles_range_or_a_key_twice_is_a_400(api, path, raw, p
     assert err["param"] == param and words in err["message"], err
     assert err["type"] == "invalid_request_error"
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""],
+)
+def test_a_body_that_is_not_sent_as_json_is_a_415(api, path, content_type):
+    """Issue 23, finding 7: chat ignored Content-Type where the native API answers 415."""
+    body = json.dumps({"model": "sol", "messages": MESSAGES, "input": "hi"})
+    err = error_of(api.generic("POST", path, body, content_type=content_type), 415)
+    assert err["type"] == "invalid_request_error" and err["code"] == "unsupported_media_type"
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=utf-8", "Application/JSON", "application/json"]
+)
+def test_json_with_a_charset_or_in_capitals_passes(api, path, content_type):
+    body = json.dumps({"model": "sol", "messages": MESSAGES, "input": "hi"})
+    r = api.generic("POST", path, body, content_type=content_type)
+    assert r.status_code == 200, r.content
