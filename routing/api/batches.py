@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from deploy.problems import Problem
+from deploy.query import query_value
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.parsers import BoundedJSONParser
@@ -17,8 +18,12 @@ from routing.api.serializers import BatchCreateSerializer, BatchSerializer
 from routing.api.shapes import batch_json
 from routing.batches.cancel import batch_cancel
 from routing.batches.create import batch_create
+from routing.batches.planning import SCHEDULED, scheduled_q
 from routing.core.formats import cut
 from routing.models import Batch
+
+# The native API's statuses: the stored ones, and `scheduled` (routing.batches.planning).
+NATIVE_STATUSES = [Batch.Status.VALIDATING, SCHEDULED, *Batch.Status.values[1:]]
 
 
 def own_batch(account, batch_id) -> Batch:
@@ -75,12 +80,19 @@ class BatchListView(ClientAPIView, generics.GenericAPIView):
         )
 
     @extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=Batch.Status.values)],
+        parameters=[OpenApiParameter("status", str, enum=NATIVE_STATUSES)],
         responses=BatchSerializer(many=True),
     )
     def get(self, request):
         qs = Batch.objects.filter(account=self.account).select_related("schedule")
-        qs = filter_choice(request, qs, "status", Batch.Status.values)
+        # `scheduled` (validated, waiting for its start) is shown apart from `validating`.
+        wanted = query_value(request, "status")
+        if wanted == SCHEDULED:
+            qs = qs.filter(scheduled_q())
+        else:
+            qs = filter_choice(request, qs, "status", NATIVE_STATUSES)
+            if wanted == Batch.Status.VALIDATING:
+                qs = qs.exclude(scheduled_q())
         page = self.paginate_queryset(qs)
         return self.get_paginated_response([batch_json(b) for b in page])
 

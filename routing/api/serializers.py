@@ -389,7 +389,13 @@ class BatchSerializer(serializers.Serializer):
     input_file_id = serializers.CharField()
     completion_window = serializers.CharField()
     window_seconds = serializers.FloatField()
-    status = serializers.ChoiceField(choices=Batch.Status.values)
+    status = serializers.ChoiceField(
+        choices=["validating", "scheduled", *Batch.Status.values[1:]],
+        help_text="`scheduled`: validated, waiting for its `start_at` (`scheduled_start_at`).",
+    )
+    scheduled_start_at = serializers.DateTimeField(
+        allow_null=True, help_text="When a `scheduled` batch starts; null otherwise."
+    )
     output_file_id = serializers.CharField(allow_null=True)
     error_file_id = serializers.CharField(allow_null=True)
     errors = serializers.DictField(allow_null=True)

@@ -10,6 +10,7 @@ import math
 
 from catalog import lifecycle
 from routing.api.serializers import TimingsSerializer
+from routing.batches.planning import SCHEDULED, waits_for_start
 from routing.core.clock import sim_scale
 from routing.core.formats import iso
 from routing.jobs.output import output_excerpt, synthetic_output
@@ -160,7 +161,8 @@ def batch_json(b: Batch) -> dict:
         "input_file_id": b.input_file_id,
         "completion_window": b.completion_window,
         "window_seconds": b.window_seconds,
-        "status": b.status,
+        "status": SCHEDULED if (waiting := waits_for_start(b)) else b.status,
+        "scheduled_start_at": iso(b.start_at) if waiting else None,
         "output_file_id": b.output_file_id,
         "error_file_id": b.error_file_id,
         "errors": {"object": "list", "data": b.errors} if b.errors else None,

@@ -11,7 +11,7 @@ from collections import defaultdict
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from catalog.models import ModelVersion, Tier
@@ -142,6 +142,29 @@ def plan_refusal(*, plan: Plan) -> dict:
         "fastest_makespan_seconds": round(plan.fastest_makespan_seconds, 3),
         "window_seconds": plan.window_seconds,
     }
+
+
+# A batch validated and waiting for a `start_at` still to come: stored `validating`
+# (OpenAI's status, which /v1 shows), shown `scheduled` on the native API.
+SCHEDULED = "scheduled"
+
+
+def waits_for_start(batch: Batch, at: dt.datetime | None = None) -> bool:
+    """Whether the batch is validated and waits for its start (`scheduled`)."""
+    return (
+        batch.status == Batch.Status.VALIDATING
+        and batch.validated_at is not None
+        and batch.start_at > (at or timezone.now())
+    )
+
+
+def scheduled_q(at: dt.datetime | None = None) -> Q:
+    """The batches `waits_for_start` is true of, as a filter."""
+    return Q(
+        status=Batch.Status.VALIDATING,
+        validated_at__isnull=False,
+        start_at__gt=at or timezone.now(),
+    )
 
 
 def batch_start(batch_id, *, at: dt.datetime | None = None) -> Batch | None:

@@ -44,4 +44,9 @@ def file_deleted(file_id: str) -> dict:
 def batch_object(b: Batch) -> dict:
     """An OpenAI Batch: Unix timestamps, `request_counts`, `errors` as a list object;
     our plan, predicted cost and finish, and cost as extra members."""
-    return {**batch_json(b), **{name: unix(getattr(b, name)) for name in BATCH_TIMES}}
+    body = {**batch_json(b), **{name: unix(getattr(b, name)) for name in BATCH_TIMES}}
+    # OpenAI's status (a batch waiting for its start is `validating`, as OpenAI has no
+    # other word for it); `scheduled_start_at` says when it starts.
+    body["status"] = b.status
+    body["scheduled_start_at"] = unix(b.start_at) if body["scheduled_start_at"] else None
+    return body

@@ -556,3 +556,28 @@ def test_the_run_chart_shows_each_tier(account):
     uri = batch_chart(b)
     assert uri.startswith("data:image/png;base64,")
     assert base64.b64decode(uri.split(",", 1)[1])[:4] == b"\x89PNG"
+
+
+def test_a_batch_waiting_for_its_start_shows_scheduled_natively_and_validating_on_v1(api, account):
+    """Issue 23, finding 7: a batch validated at once and waiting for a start weeks away
+    showed `validating` all along. Natively it is `scheduled` with `scheduled_start_at`;
+    /v1 keeps OpenAI's `validating` and carries `scheduled_start_at` too."""
+    at = timezone.now()
+    start = (at + dt.timedelta(days=20)).replace(microsecond=0)
+    b = make(account, jsonl(3), window="1h", at=at, start_at=start.isoformat())
+    native = api.get(f"/api/v1/batches/{b.pk}").json()
+    assert native["status"] == "scheduled" and native["validated_at"]
+    assert native["scheduled_start_at"] == start.isoformat().replace("+00:00", "Z")
+    v1 = api.get(f"/v1/batches/{b.pk}").json()
+    assert v1["status"] == "validating" and v1["scheduled_start_at"] == int(start.timestamp())
+    listed = lambda path: [x["id"] for x in api.get(path).json()["data"]]  # noqa: E731
+    assert listed("/api/v1/batches?status=scheduled") == [str(b.pk)]
+    assert listed("/api/v1/batches?status=validating") == []
+    assert listed("/v1/batches?status=validating") == [str(b.pk)]
+    unvalidated = make(account, jsonl(1), at=at, validate=False)
+    assert api.get(f"/api/v1/batches/{unvalidated.pk}").json()["status"] == "validating"
+    assert listed("/api/v1/batches?status=validating") == [str(unvalidated.pk)]
+    batches_sweep(at=start)
+    native = api.get(f"/api/v1/batches/{b.pk}").json()
+    assert native["status"] == "in_progress" and native["scheduled_start_at"] is None
+    assert api.get(f"/v1/batches/{b.pk}").json()["scheduled_start_at"] is None
