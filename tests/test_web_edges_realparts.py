@@ -281,3 +281,15 @@ def test_metrics_answers_other_methods_with_a_405_problem(site, method):
     assert r.status == 405 and r.getheader("Content-Type") == PROBLEM, body[:200]
     assert r.getheader("Allow") == "GET, HEAD"
     assert json.loads(body)["type"].endswith("/method-not-allowed")
+
+
+def test_every_starter_shares_the_gunicorn_config():
+    """run.sh, the tests' and benchmarks' web_argv and the CI's schemathesis run all pass
+    deploy/gunicorn.conf.py, so each serves with deploy.webserver.Worker."""
+    from tests.realparts import ROOT, web_argv
+
+    assert str(ROOT / "deploy" / "gunicorn.conf.py") in web_argv("127.0.0.1", 1)
+    for starter in ("deploy/run.sh", ".ci/schemathesis.sh"):
+        text = (ROOT / starter).read_text()
+        assert "-c deploy/gunicorn.conf.py deploy.asgi:application" in text, starter
+        assert "uvicorn_worker.UvicornWorker" not in text, starter
