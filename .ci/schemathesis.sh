@@ -50,7 +50,7 @@ mkdir -p "$work/static"
 key=$(grep '^demo api key: ' "$work/demo-credentials.txt" | cut -d' ' -f4)
 
 # The server as deployed (deploy/run.sh): gunicorn with uvicorn workers on the ASGI app.
-"$BIN/gunicorn" deploy.asgi:application -b "127.0.0.1:$port" -w 2 -k uvicorn_worker.UvicornWorker \
+"$BIN/gunicorn" -c deploy/gunicorn.conf.py deploy.asgi:application -b "127.0.0.1:$port" -w 2 \
   --no-control-socket --log-level warning >"$work/web.log" 2>&1 &
 web_pid=$!
 base="http://127.0.0.1:$port"

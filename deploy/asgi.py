@@ -1,6 +1,7 @@
 """The ASGI entry point: gunicorn with uvicorn workers serves it (deploy/run.sh,
-`-k uvicorn_worker.UvicornWorker`), so a slow stream (/v1/chat/completions with
-`stream: true`) is a coroutine rather than a thread or a process.
+`-c deploy/gunicorn.conf.py`: deploy.webserver.Worker), so a slow stream
+(/v1/chat/completions with `stream: true`) is a coroutine rather than a thread or a
+process.
 
 Under ASGI Django keeps a request's database connection in that request's context,
 so a persistent connection (CONN_MAX_AGE > 0) is never reused by the next request and

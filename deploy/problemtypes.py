@@ -115,6 +115,26 @@ PROBLEM_TYPES: dict[str, ProblemType] = {
         "The body is larger than the service accepts in one request.",
         "Upload large inputs as a file (POST /api/v1/files) and refer to it.",
     ),
+    "request-timeout": P(
+        "Request timeout",
+        408,
+        "The request line and headers did not arrive within the web server's header "
+        "timeout (WEB_HEADER_TIMEOUT_SECONDS); the connection was closed.",
+        "Send the whole request at once; a slow network needs a retry.",
+    ),
+    "uri-too-long": P(
+        "URI too long",
+        414,
+        "The request line is longer than the web server accepts (WEB_MAX_HEADER_BYTES).",
+        "Send long inputs in a JSON body, not in the query string.",
+    ),
+    "headers-too-large": P(
+        "Request headers too large",
+        431,
+        "The request line and headers together are larger than the web server accepts "
+        "(WEB_MAX_HEADER_BYTES).",
+        "Send fewer or shorter headers (cookies included); put data in the body.",
+    ),
     "rate-limited": P(
         "Rate limit exceeded",
         429,

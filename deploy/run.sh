@@ -67,7 +67,7 @@ start() { # worker | beat | web
     beat) cmd=("$CELERY" -A deploy beat --loglevel=INFO --pidfile=) ;;
     # ASGI (uvicorn workers under gunicorn): a streaming chat completion holds a
     # coroutine, not a thread (README "Serving: ASGI").
-    web) cmd=("$PY" -m gunicorn deploy.asgi:application -k uvicorn_worker.UvicornWorker
+    web) cmd=("$PY" -m gunicorn -c deploy/gunicorn.conf.py deploy.asgi:application
       -b "$HOST:$PORT" -w "${WEB_WORKERS:-2}" --graceful-timeout "$STOP_GRACE_SECONDS"
       --no-control-socket) ;; # (gunicorn 27's one per user: instances would share it)
   esac

@@ -1165,8 +1165,8 @@ def web_argv(host: str, port: int, *, workers: int = 1) -> list[str]:
     ASGI application (async views: streaming chat completions)."""
     return [
         str(BIN_DIR / "python"), "-m", "gunicorn",
+        "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),  # deploy.webserver.Worker
         "deploy.asgi:application",
-        "-k", "uvicorn_worker.UvicornWorker",
         "-b", f"{host}:{port}",
         "-w", str(workers),
         "--no-control-socket",  # gunicorn 27's default path is one per user
