@@ -353,7 +353,16 @@ def test_make_run_stopped_or_killed_leaves_no_process_and_frees_the_port(stack_v
             os.killpg(make.pid, signal.SIGKILL)
         make.wait(timeout=15)
         wait_none_marked(token, 10, f"{how} of make run", qs.run_log)
-        assert port_free(port)
+        # A process that is exiting has lost its environment (/proc shows none) a moment
+        # before its sockets: the port may take that moment longer.
+        deadline = time.monotonic() + 5
+        while not port_free(port):
+            if time.monotonic() > deadline:
+                ss = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+                taken = "\n".join(line for line in ss.splitlines() if f":{port} " in line)
+                pytest.fail(f"port {port} still taken after {how}:\n{taken}")
+            time.sleep(0.1)
+        assert not marked(token)
     finally:
         kill_marked(token)
         qs.close()
