@@ -98,8 +98,15 @@ alive() { # pid: anything of the service still running
   if [[ -n $SETSID ]]; then kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; else kill -0 "$1" 2>/dev/null; fi
 }
 
+tell() { # line: to the watchdog; if it is gone (killed), run.sh carries on without it
+  (
+    trap '' PIPE
+    echo "$1" >&"$watch"
+  ) 2>/dev/null
+}
+
 launch() { # log command...: run in the background, it becomes the service (same pid)
-  echo "+ $BASHPID" >&"$watch" # before the service runs: the watchdog knows it first
+  tell "+ $BASHPID" # before the service runs: the watchdog knows it first
   exec {watch}>&-
   [[ -n $1 ]] && exec >>"$1" 2>&1
   shift
@@ -161,7 +168,7 @@ stop() { # once: a second INT/TERM/HUP (or the EXIT after one) while it runs cha
       sleep 0.1
     done
     wait "${!name_of[@]}" 2>/dev/null
-    for pid in "${!name_of[@]}"; do echo "- $pid" >&"$watch"; done
+    for pid in "${!name_of[@]}"; do alive "$pid" || tell "- $pid"; done
     name_of=()
   fi
   exec {watch}>&- # the watchdog, with nothing listed, ends
@@ -187,7 +194,7 @@ while :; do
   name=${name_of[$done_pid]}
   unset "name_of[$done_pid]"
   if alive "$done_pid"; then signal KILL "$done_pid"; fi # what it left behind (pool)
-  echo "- $done_pid" >&"$watch"
+  tell "- $done_pid"
   ran=$((SECONDS - started_at[$name]))
   if [[ $name == web ]]; then
     say "$(now) the web server exited (status $status): stopping everything"
