@@ -8,9 +8,23 @@
 # - A worker or beat that exits is reported here, with the end of its log, and started
 #   again (after 1 s, longer while it keeps dying within RESTART_RESET_SECONDS).
 #   If the web server exits, everything stops.
-# - Ctrl-C or SIGTERM stops all three: TERM to each (its own process group, so the
-#   worker's pool goes too), then KILL what still runs after STOP_GRACE_SECONDS. A job
-#   cut short is not lost: the job sweeper sends it again.
+# - Ctrl-C, SIGTERM or SIGHUP stops all three: TERM to each (its own process group, so
+#   the worker's pool goes too), then KILL what still runs after STOP_GRACE_SECONDS. A job
+#   cut short is not lost: the job sweeper sends it again. The stop runs once: a second
+#   signal while it runs (make forwards the TERM it got, a second Ctrl-C) is ignored, and
+#   run.sh exits only when every process of every service is gone.
+# - Nothing outlives run.sh, even killed outright (SIGKILL: no trap runs). Each service
+#   gets SIGKILL when run.sh dies (setpriv --pdeathsig KILL), and a watchdog in a session
+#   of its own kills the process group of every service still running once run.sh is
+#   gone, which covers what pdeathsig does not: gunicorn's uvicorn workers keep serving
+#   when their arbiter dies (Celery's pool processes set a pdeathsig of their own).
+#
+# Why a session per service, not run.sh's own process group: the stop is run.sh's to
+# order (one TERM to each service, the grace, then KILL of the service's whole group), and
+# a crashed worker's leftovers are killed by group. In run.sh's group every Ctrl-C,
+# make's group TERM or the terminal's HUP would also hit each process directly: gunicorn
+# takes INT as a quick shutdown (streams cut) and HUP as a reload, Celery takes HUP as a
+# restart. And a group signal never covers SIGKILL of run.sh alone; the watchdog does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -28,11 +42,37 @@ mkdir -p "$LOG_DIR"
 export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${VAR_DIR:-var}/metrics}
 mkdir -p "$PROMETHEUS_MULTIPROC_DIR" && rm -f "$PROMETHEUS_MULTIPROC_DIR"/*.db
 
-# Each service in a session (and process group) of its own, when setsid is there.
+# Each service in a session (and process group) of its own, when setsid is there, and
+# killed when run.sh dies, when setpriv knows --pdeathsig (util-linux 2.33+).
 SETSID=$(command -v setsid || true)
+PDEATHSIG=()
+if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then PDEATHSIG=(setpriv --pdeathsig KILL --); fi
 
 declare -A pid_of=() name_of=() started_at=() crashes=()
-sleeper=
+sleeper= stopping=
+
+# The watchdog: reads "+ PGID" (a service started) and "- PGID" (reaped) from run.sh, and
+# at end of file (run.sh gone, however: only run.sh and a service being started hold the
+# pipe's writing end) kills the groups still listed. In a session of its own, deaf to
+# INT/TERM/HUP, so the signal that takes run.sh (or make's whole group) leaves it running.
+# Not waited for: it ends by itself once run.sh has closed the pipe.
+watchdog() {
+  trap '' INT TERM HUP QUIT
+  local op pg
+  declare -A live=()
+  while read -r op pg; do
+    case $op in +) live[$pg]=1 ;; -) unset "live[$pg]" ;; esac
+  done
+  ((${#live[@]})) || exit 0
+  echo "run.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) run.sh is gone: killing what it left running" >&2
+  for pg in "${!live[@]}"; do kill -KILL -- "-$pg" 2>/dev/null || kill -KILL "$pg" 2>/dev/null; done
+  exit 0
+}
+if [[ -n $SETSID ]]; then
+  exec {watch}> >(exec "$SETSID" bash -c "$(declare -f watchdog); watchdog")
+else
+  exec {watch}>/dev/null # no sessions: the services are in run.sh's group
+fi
 
 say() { echo "run.sh: $*" >&2; }
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
@@ -58,6 +98,21 @@ alive() { # pid: anything of the service still running
   if [[ -n $SETSID ]]; then kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; else kill -0 "$1" 2>/dev/null; fi
 }
 
+tell() { # line: to the watchdog; if it is gone (killed), run.sh carries on without it
+  (
+    trap '' PIPE
+    echo "$1" >&"$watch"
+  ) 2>/dev/null
+}
+
+launch() { # log command...: run in the background, it becomes the service (same pid)
+  tell "+ $BASHPID" # before the service runs: the watchdog knows it first
+  exec {watch}>&-
+  [[ -n $1 ]] && exec >>"$1" 2>&1
+  shift
+  exec $SETSID "${PDEATHSIG[@]}" "$@" # its own session (and group): the same pid
+}
+
 start() { # worker | beat | web
   local name=$1 cmd log
   case $name in
@@ -72,42 +127,58 @@ start() { # worker | beat | web
       --no-control-socket) ;; # (gunicorn 27's one per user: instances would share it)
   esac
   if [[ $name == web ]]; then
-    $SETSID "${cmd[@]}" &
+    log=
   else
     log="$LOG_DIR/$name.log"
     rotate "$log"
     echo "===== $(now) run.sh: starting $name" >>"$log"
-    $SETSID "${cmd[@]}" >>"$log" 2>&1 &
   fi
+  launch "$log" "${cmd[@]}" &
   pid_of[$name]=$!
   name_of[$!]=$name
   started_at[$name]=$SECONDS
 }
 
-stop() {
-  trap - INT TERM EXIT
+stop() { # once: a second INT/TERM/HUP (or the EXIT after one) while it runs changes nothing
+  [[ -n $stopping ]] && return 0
+  stopping=1
   [[ -n $sleeper ]] && kill "$sleeper" 2>/dev/null
-  local pid waited=0
-  ((${#name_of[@]})) || return 0
-  say "stopping ${name_of[*]}"
-  for pid in "${!name_of[@]}"; do signal TERM "$pid"; done
-  while ((waited < STOP_GRACE_SECONDS * 10)); do
-    local running=0
-    for pid in "${!name_of[@]}"; do alive "$pid" && running=1; done
-    ((running)) || break
-    sleep 0.1
-    ((waited++))
-  done
-  for pid in "${!name_of[@]}"; do
-    if alive "$pid"; then
-      say "${name_of[$pid]} still running after ${STOP_GRACE_SECONDS}s: killed"
-      signal KILL "$pid"
-    fi
-  done
-  wait 2>/dev/null
-  name_of=()
+  local pid waited=0 running
+  if ((${#name_of[@]})); then
+    say "stopping ${name_of[*]}"
+    for pid in "${!name_of[@]}"; do signal TERM "$pid"; done
+    while ((waited < STOP_GRACE_SECONDS * 10)); do
+      running=0
+      for pid in "${!name_of[@]}"; do alive "$pid" && running=1; done
+      ((running)) || break
+      sleep 0.1
+      ((waited++))
+    done
+    for pid in "${!name_of[@]}"; do
+      if alive "$pid"; then
+        say "${name_of[$pid]} still running after ${STOP_GRACE_SECONDS}s: killed"
+        signal KILL "$pid"
+      fi
+    done
+    # Until all are gone (a signal that arrives interrupts `wait`, not this loop).
+    for ((waited = 0; waited < 100; waited++)); do
+      running=0
+      for pid in "${!name_of[@]}"; do alive "$pid" && running=1; done
+      ((running)) || break
+      sleep 0.1
+    done
+    wait "${!name_of[@]}" 2>/dev/null
+    for pid in "${!name_of[@]}"; do alive "$pid" || tell "- $pid"; done
+    name_of=()
+  fi
+  exec {watch}>&- # the watchdog, with nothing listed, ends
 }
-trap 'stop; exit 0' INT TERM
+on_signal() { # the first INT/TERM/HUP stops everything; one during the stop is ignored
+  [[ -n $stopping ]] && return 0
+  stop
+  exit 0
+}
+trap on_signal INT TERM HUP
 trap stop EXIT
 
 start worker
@@ -123,6 +194,7 @@ while :; do
   name=${name_of[$done_pid]}
   unset "name_of[$done_pid]"
   if alive "$done_pid"; then signal KILL "$done_pid"; fi # what it left behind (pool)
+  tell "- $done_pid"
   ran=$((SECONDS - started_at[$name]))
   if [[ $name == web ]]; then
     say "$(now) the web server exited (status $status): stopping everything"
@@ -137,7 +209,7 @@ while :; do
   n=${crashes[$name]}
   delay=$((n <= 1 ? 1 : (n > 5 ? 30 : 1 << (n - 1)))) # 1 2 4 8 16 30 s
   say "restarting $name in ${delay}s"
-  sleep "$delay" &
+  sleep "$delay" {watch}>&- &
   sleeper=$!
   wait "$sleeper"
   sleeper=

@@ -92,13 +92,13 @@ class QuickStart:
         )
         return out
 
-    def start(self, timeout: float = 60) -> QuickStart:
-        """deploy/run.sh in a session of its own, its console in var/run.log; returns once
-        the web server answers /api/v1/ping."""
+    def start(self, timeout: float = 60, argv: list[str] | None = None) -> QuickStart:
+        """deploy/run.sh (or `argv` that runs it, e.g. make) in a session of its own, its
+        console in var/run.log; returns once the web server answers /api/v1/ping."""
         self.var_dir.mkdir(parents=True, exist_ok=True)
         with self.run_log.open("ab") as console:
             self.proc = subprocess.Popen(
-                ["bash", "deploy/run.sh"],
+                argv or ["bash", "deploy/run.sh"],
                 cwd=self.root,
                 env=self.env,
                 stdout=console,

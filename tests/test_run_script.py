@@ -2,17 +2,28 @@
 server, so it runs in seconds: logs appended and rotated, a crashed worker restarted and
 reported, SIGTERM stopping everything (issue 13: a worker crash stopped web and beat too,
 a restart truncated worker.log, and SIGTERM left the worker in warm shutdown for 45 s).
-tests/test_quickstart.py runs it with the real processes."""
+tests/test_quickstart.py runs it with the real processes.
+
+Issue 23: stopping left orphans (a second TERM during the stop killed run.sh before its
+services, and nothing killed them when run.sh was SIGKILLed). The last tests start the
+real stack as `make run` does (make, run.sh, gunicorn + uvicorn workers, a Celery worker
+with its pool, beat) and stop it four ways; every process carries RUNSH_TEST_TOKEN in its
+environment, so /proc shows whatever is left."""
 
 import os
 import signal
+import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.quickstart import QuickStart, children_of
+
 ROOT = Path(__file__).resolve().parent.parent
+TOKEN_VAR = "RUNSH_TEST_TOKEN"
 
 # Stands in for `celery -A deploy worker|beat ...`: counts its runs, crashes on the first
 # worker run when FAKE_CRASH is set, else runs with a child (like the worker's pool).
@@ -56,6 +67,7 @@ def fake_env(tmp_path):
         STOP_GRACE_SECONDS="2",
         LOG_MAX_BYTES="1000",
     )
+    env[TOKEN_VAR] = uuid.uuid4().hex
     return env
 
 
@@ -85,7 +97,8 @@ def count(env, role: str) -> int:
 
 
 def started_pids(env) -> list[int]:
-    return [int(p) for p in (Path(env["FAKE_DIR"]) / "pids").read_text().split()]
+    path = Path(env["FAKE_DIR"]) / "pids"
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
 def alive(pid: int) -> bool:
@@ -184,3 +197,173 @@ def test_the_web_server_exiting_stops_everything(fake_env):
         wait_for(lambda: not [p for p in started_pids(env) if alive(p)], 3, "left behind", console)
     finally:
         cleanup(env)
+
+
+def marked(token: str) -> list[tuple[int, bytes]]:
+    """(pid, command line) of every live process (zombies aside) whose environment holds
+    RUNSH_TEST_TOKEN=token: everything run.sh started, and what those started."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            found.append((int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ")))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def kill_marked(token: str) -> None:
+    for pid, _ in marked(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_none_marked(token: str, seconds: float, what: str, console: Path) -> None:
+    deadline = time.monotonic() + seconds
+    while left := marked(token):
+        if time.monotonic() > deadline:
+            kill_marked(token)
+            listing = "\n".join(f"  {pid} {cmd.decode(errors='replace')}" for pid, cmd in left)
+            pytest.fail(f"{what}: left running\n{listing}\nconsole:\n{console.read_text()}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "first", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"]
+)
+def test_a_second_signal_during_the_stop_does_not_cut_it_short(fake_env, first):
+    """make forwards the TERM it got to run.sh, which got the group's TERM too; a second
+    Ctrl-C is common. Whichever signal starts it (TERM, Ctrl-C's INT, a closed terminal's
+    HUP), the stop goes on (TERM, the grace, KILL) and run.sh exits last."""
+    # a worker that ignores TERM: the stop lasts the whole grace
+    env = dict(fake_env, FAKE_IGNORE_TERM="1", STOP_GRACE_SECONDS="1")
+    proc, console = start(env)
+    try:
+        wait_for(
+            lambda: count(env, "worker") and count(env, "beat") and count(env, "web"),
+            10,
+            "not all three started",
+            console,
+        )
+        time.sleep(0.3)  # the stand-ins are past their `trap`
+        os.killpg(proc.pid, first)
+        for sig in [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]:
+            time.sleep(0.2)
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=10)
+        assert "worker still running after 1s: killed" in console.read_text()
+        assert console.read_text().count("stopping") == 1
+        wait_none_marked(env[TOKEN_VAR], 3, "run.sh exited before its services", console)
+    finally:
+        cleanup(env)
+        kill_marked(env[TOKEN_VAR])
+
+
+def test_sigkill_of_run_sh_leaves_nothing(fake_env):
+    """No trap runs: the services' parent-death signal and the watchdog end them, and the
+    worker stand-in's child too (a grandchild of run.sh, like Celery's pool)."""
+    env = dict(fake_env)
+    proc, console = start(env)
+    try:
+        # web; worker and beat, each with its child
+        wait_for(lambda: len(started_pids(env)) == 5, 10, "not all started", console)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+        wait_none_marked(env[TOKEN_VAR], 5, "SIGKILL of run.sh", console)
+    finally:
+        cleanup(env)
+        kill_marked(env[TOKEN_VAR])
+
+
+# --- the real stack, as `make run` runs it ------------------------------------------------
+
+MAKEFILE = "run:\n\texec bash deploy/run.sh\n"  # the `make run` recipe's last line
+
+
+@pytest.fixture(scope="module")
+def stack_var(tmp_path_factory):
+    """A var/ folder with the quick start's database migrated and seeded, once."""
+    var_dir = tmp_path_factory.mktemp("runsh") / "var"
+    QuickStart(var_dir).setup()
+    return var_dir
+
+
+def port_free(port: int) -> bool:
+    """Whether the next `make run` could listen there (gunicorn sets SO_REUSEADDR too)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@pytest.mark.realparts
+@pytest.mark.parametrize("how", ["term", "term-twice", "kill-supervisor", "kill-group"])
+def test_make_run_stopped_or_killed_leaves_no_process_and_frees_the_port(stack_var, how):
+    """`make run`'s process group gets TERM (make forwards one more to run.sh), or TERM
+    twice 0.3 s apart; or run.sh alone, or make's whole group, gets SIGKILL. Within a
+    bounded wait no process run.sh started is left (web, its workers, the Celery worker,
+    its pool, beat, the watchdog) and the port can be bound again."""
+    token = uuid.uuid4().hex
+    qs = QuickStart(stack_var, STOP_GRACE_SECONDS=3, **{TOKEN_VAR: token})
+    makefile = stack_var.parent / "Makefile"
+    makefile.write_text(MAKEFILE)
+    port = int(qs.env["PORT"])
+    try:
+        qs.start(argv=["make", "-s", "-f", str(makefile), "run"])
+        qs.wait_worker_and_beat()
+
+        def roles() -> dict[str, int]:
+            found = {"gunicorn": 0, "worker": 0, "beat": 0}
+            for _, cmd in marked(token):
+                for role in found:
+                    if f" {role}".encode() in cmd or f".{role}".encode() in cmd:
+                        found[role] += 1
+            return found
+
+        # arbiter + 2 uvicorn workers, worker + its pool of 2, beat: the issue's 7
+        wait_for(
+            lambda: roles() == {"gunicorn": 3, "worker": 3, "beat": 1},
+            30,
+            f"not all processes up: {roles()}",
+            qs.run_log,
+        )
+        make = qs.proc
+        assert make is not None
+        run_sh = next(pid for pid, argv in children_of(make.pid) if b"deploy/run.sh" in argv)
+        if how == "term":
+            os.killpg(make.pid, signal.SIGTERM)
+        elif how == "term-twice":
+            os.killpg(make.pid, signal.SIGTERM)
+            time.sleep(0.3)
+            os.killpg(make.pid, signal.SIGTERM)
+        elif how == "kill-supervisor":
+            os.kill(run_sh, signal.SIGKILL)
+        else:
+            os.killpg(make.pid, signal.SIGKILL)
+        make.wait(timeout=15)
+        wait_none_marked(token, 10, f"{how} of make run", qs.run_log)
+        # A process that is exiting has lost its environment (/proc shows none) a moment
+        # before its sockets: the port may take that moment longer.
+        deadline = time.monotonic() + 5
+        while not port_free(port):
+            if time.monotonic() > deadline:
+                ss = subprocess.run(["ss", "-tanp"], capture_output=True, text=True).stdout
+                taken = "\n".join(line for line in ss.splitlines() if f":{port} " in line)
+                pytest.fail(f"port {port} still taken after {how}:\n{taken}")
+            time.sleep(0.1)
+        assert not marked(token)
+    finally:
+        kill_marked(token)
+        qs.close()
+        qs.dump_logs()
