@@ -323,12 +323,15 @@ def stream_mismatches() -> list[dict]:
     ended = (
         Job.objects.filter(delivered_tokens__isnull=False)
         .exclude(status__in=Job.ACTIVE)
-        .select_related("model")
+        .select_related("model", "reservation")
     )
     for job in ended.iterator(chunk_size=500):
         delivered, n = job.delivered_tokens, job.output_tokens
         expected = job.predicted_cost if delivered >= n else delivered_charge(job, delivered)
-        cost, expected = credits(job.cost or 0), credits(expected)
+        # A settlement never charges more than was reserved (the quote, as the ledger
+        # rounded it).
+        held = job.reservation.amount if job.reservation else expected
+        cost, expected = credits(job.cost or 0), min(credits(expected), credits(held))
         generated = (job.simulated or {}).get("generated_tokens")
         problems = []
         if cost > expected:
