@@ -275,6 +275,12 @@ class JobSerializer(serializers.Serializer):
     pool = serializers.CharField()
     input_tokens = serializers.IntegerField()
     output_tokens = serializers.IntegerField()
+    delivered_tokens = serializers.IntegerField(
+        allow_null=True,
+        help_text="A streamed answer (/v1/ chat with stream: true): the output tokens its "
+        "stream has delivered, what an early end (cancel, client gone) is charged for; "
+        "null for any other job.",
+    )
     turns = serializers.IntegerField()
     tool_seconds = serializers.FloatField()
     deadline_seconds = serializers.FloatField()

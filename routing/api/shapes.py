@@ -109,6 +109,7 @@ def job_json(job: Job, *, detail: bool = False, full_output: bool = False) -> di
         "pool": job.pool.slug,
         "input_tokens": job.input_tokens,
         "output_tokens": job.output_tokens,
+        "delivered_tokens": job.delivered_tokens,
         "turns": job.turns,
         "tool_seconds": job.tool_seconds,
         "deadline_seconds": job.deadline_seconds,

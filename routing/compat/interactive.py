@@ -3,8 +3,22 @@ a slow stream holds a coroutine, not a thread or a process).
 
 Each request is a real job (routing.jobs.interactive): quoted, reserved, its slot
 booked, visible in GET /api/v1/jobs, settled when the answer ends. The view waits
-(non-streaming) or streams (server-sent events) along the job's simulated timeline; a
-client that leaves early is charged only for what was generated before it left.
+(non-streaming) or streams (server-sent events) along the job's simulated timeline.
+A stream records each event's tokens on the job before sending them and only while
+the job runs: once the job is cancelled (POST /api/v1/jobs/{id}/cancel) or has failed,
+it sends no more tokens and ends with a final chunk saying so (chat: `finish_reason`
+"cancelled" or "failed", then usage and [DONE]; responses: `response.incomplete` or
+`response.failed`), and the job is charged for what was delivered; a client that
+leaves early likewise. A non-streaming client that leaves early is charged for what was
+generated before it left, unless it sent an Idempotency-Key: then the job runs to its
+end, so that its retry gets the answer, charged once.
+
+Idempotency-Key (the native jobs' rule, routing.jobs.submit): a repeat of a request with
+the same key and body answers from the same job (`Idempotent-Replayed: true`, nothing
+charged again): the same completion or response (a stream: replayed at once), after
+waiting for the job's end if it is still running (a streamed one still streaming: 409,
+retry later); the same error if it ended cancelled or failed. The same key with another
+body is 422 `idempotency_key_reused`; a concurrent duplicate is 409.
 
 Database work runs in a thread (sync_to_async) and gives its connection back at once,
 so hundreds of open streams do not hold hundreds of database connections.
@@ -26,6 +40,7 @@ from rest_framework.exceptions import NotAuthenticated
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
+from routing.api.jobs import idempotency_key_of
 from routing.compat import params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
@@ -36,6 +51,7 @@ from routing.jobs.interactive import (
     interactive_abandon,
     interactive_finish,
     interactive_start,
+    stream_deliver,
 )
 from routing.jobs.output import synthetic_output
 from routing.models import Job
@@ -43,8 +59,10 @@ from routing.models import Job
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 # At most one server-sent event per stream per STREAM_TICK_SECONDS (wall): the tokens
-# due meanwhile travel together, so pacing costs the same at 30 or 3,000 tokens/s.
-STREAM_TICK_SECONDS = 0.1
+# due meanwhile travel together, so pacing costs the same at 30 or 3,000 tokens/s. Each
+# event is one conditional write on the job (its delivered tokens, while it runs), so
+# this is also how soon a stream stops once its job is cancelled.
+STREAM_TICK_SECONDS = 0.25
 
 
 def _db(fn: Callable) -> Callable:
@@ -70,10 +88,12 @@ def _account(request):
 
 
 def _begin(request, endpoint: str):
-    """Authenticate, read the body, start the job. (request, Interactive, headers), or
-    an error response in OpenAI's envelope."""
+    """Authenticate, read the body, start the job (or find the job of an earlier request
+    with the same Idempotency-Key). (request, Interactive, headers, key), or an error
+    response in OpenAI's envelope."""
     try:
         account = _account(request)
+        key = idempotency_key_of(request)
         body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
         req = read(body, request.headers)
@@ -84,10 +104,15 @@ def _begin(request, endpoint: str):
                 request=req.route_request(),
                 prompt=req.prompt,
                 payload=req.payload(endpoint),
+                stream=req.stream,
+                idempotency_key=key,
             )
-        headers = client_deprecation_headers(started.job.model, request)
+        if started.replayed:
+            headers = {"Idempotent-Replayed": "true"}
+        else:
+            headers = client_deprecation_headers(started.job.model, request)
         headers["X-Job-Id"] = str(started.job.pk)
-        return req, started, headers
+        return req, started, headers, key
     except Exception as exc:
         response = exception_response(exc, request)
         if response is None:
@@ -125,8 +150,21 @@ async def _serve(request, endpoint: str) -> HttpResponse:
     begun = await _db(_begin)(request, endpoint)
     if isinstance(begun, HttpResponse):
         return begun
-    req, started, headers = begun
-    if req.stream:
+    req, started, headers, key = begun
+    job = started.job
+    if started.replayed and job.status == Job.Status.RUNNING and req.stream:
+        return _set_headers(
+            error_response(
+                409,
+                f"The request with this Idempotency-Key is still streaming (job {job.pk}); "
+                "retry when it has ended to have its answer replayed.",
+                "idempotency_conflict",
+            ),
+            headers,
+        )
+    if started.replayed and job.status != Job.Status.RUNNING:
+        pass  # ended: its answer (or its error) as it was
+    elif req.stream:
         events = _chat_events if endpoint == CHAT else _response_events
         response = StreamingHttpResponse(
             _guarded(started, events(req, started)), content_type="text/event-stream"
@@ -134,16 +172,30 @@ async def _serve(request, endpoint: str) -> HttpResponse:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _set_headers(response, headers)
-    try:
-        await _sleep_until(started.timeline.finishes_at)
-        job = await _db(_finish)(started.job.pk)
-    except asyncio.CancelledError:
-        await _db(interactive_abandon)(started.job.pk)
-        raise
+    else:
+        try:
+            await _sleep_until(started.timeline.finishes_at)
+            job = await _db(_finish)(job.pk)
+        except asyncio.CancelledError:
+            # With an Idempotency-Key the job runs to its end (the sweeper settles it)
+            # so that the client's retry gets the answer; without, it is abandoned.
+            if key is None:
+                await _db(interactive_abandon)(started.job.pk)
+            raise
     if job.status != Job.Status.SUCCEEDED:
-        return error_response(
-            409, f"The request's job {job.pk} ended {job.status}: {job.error}", "job_" + job.status
+        return _set_headers(
+            error_response(
+                409,
+                f"The request's job {job.pk} ended {job.status}: {job.error}",
+                "job_" + job.status,
+            ),
+            headers,
         )
+    if req.stream:  # a replay of a streamed answer: at once
+        events = _chat_events if endpoint == CHAT else _response_events
+        response = StreamingHttpResponse(events(req, started), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        return _set_headers(response, headers)
     build = _chat_body if endpoint == CHAT else _response_body
     return _set_headers(JsonResponse(build(req, job)), headers)
 
@@ -175,17 +227,27 @@ def _chat_body(req: params.Interactive, job: Job) -> dict:
     )
 
 
-def _response_body(req: params.Interactive, job: Job, status: str = "completed") -> dict:
+def _response_body(
+    req: params.Interactive, job: Job, status: str = "completed", delivered: int | None = None
+) -> dict:
+    """A response object: completed (the whole answer), in_progress (nothing yet), or
+    ended early (incomplete or failed) with the `delivered` tokens its stream sent."""
     rid, created = _ids(job)
     done = status == "completed"
+    if done:
+        text, inp, out = synthetic_output(job), job.input_tokens, job.output_tokens
+    elif delivered:
+        text, inp, out = " ".join(_words(job)[:delivered]), job.input_tokens, delivered
+    else:
+        text, inp, out = "", job.input_tokens if status == "in_progress" else 0, 0
     return openai_shapes.response_object(
         id=f"resp_{rid}",
         created=created,
         model=job.model.slug,
         service_tier=service_tier_word(job.tier.slug),
-        text=synthetic_output(job) if done else "",
-        input_tokens=job.input_tokens,
-        output_tokens=job.output_tokens if done else 0,
+        text=text,
+        input_tokens=inp,
+        output_tokens=out,
         status=status,
         tier=job.tier.slug,
         job_id=str(job.pk),
@@ -202,9 +264,16 @@ def _sse(data: dict | str, event: str | None = None) -> bytes:
 
 async def _paced(started: Interactive) -> AsyncIterator[str]:
     """The answer's text in pieces as the timeline generates it: at most one piece per
-    STREAM_TICK_SECONDS, each holding every token due by then."""
-    tl = started.timeline
+    STREAM_TICK_SECONDS, each holding every token due by then, each recorded on the job
+    as delivered before it is sent (`stream_deliver`). Stops, sending nothing more, as
+    soon as the job no longer runs (cancelled, failed). A replay sends the whole stored
+    answer at once."""
     words = _words(started.job)
+    if started.replayed:
+        if words:
+            yield " ".join(words)
+        return
+    tl = started.timeline
     sent, n = 0, len(words)
     while sent < n:
         now = timezone.now()
@@ -214,6 +283,8 @@ async def _paced(started: Interactive) -> AsyncIterator[str]:
             delay = max((wake - now).total_seconds(), STREAM_TICK_SECONDS if sent else 0.0)
             await asyncio.sleep(delay)
             continue
+        if not await _db(stream_deliver)(started.job.pk, due):
+            return  # the job was cancelled or has failed: not one token more
         piece = " ".join(words[sent:due])
         yield piece if sent == 0 else " " + piece
         sent = due
@@ -249,9 +320,14 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         first = False
         yield _sse(openai_shapes.chat_chunk(**common, delta=delta))
     done = await _db(_finish)(job.pk)
-    yield _sse(openai_shapes.chat_chunk(**common, delta={}, finish_reason="stop"))
+    if done.status == Job.Status.SUCCEEDED:
+        reason, inp, out = "stop", done.input_tokens, done.output_tokens
+    else:  # cancelled or failed while streaming: charged for what was delivered
+        out = done.delivered_tokens or 0
+        reason, inp = done.status, done.input_tokens if out else 0
+    yield _sse(openai_shapes.chat_chunk(**common, delta={}, finish_reason=reason))
     if req.include_usage:
-        usage = openai_shapes.usage_chat(done.input_tokens, done.output_tokens)
+        usage = openai_shapes.usage_chat(inp, out)
         yield _sse(openai_shapes.chat_chunk(**common, delta={}, usage=usage, choices=False))
     yield _sse("[DONE]")
 
@@ -282,12 +358,22 @@ async def _response_events(req: params.Interactive, started: Interactive) -> Asy
     async for piece in _paced(started):
         yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
     done = await _db(_finish)(job.pk)
-    final = _response_body(req, done)
+    if done.status == Job.Status.SUCCEEDED:
+        final, last = _response_body(req, done), "response.completed"
+    elif done.status == Job.Status.CANCELLED:
+        final = _response_body(req, done, "incomplete", done.delivered_tokens)
+        final["incomplete_details"] = {"reason": "cancelled"}
+        last = "response.incomplete"
+    else:
+        final = _response_body(req, done, "failed", done.delivered_tokens)
+        final["error"] = {"code": "job_failed", "message": done.error}
+        final["output"][0]["status"] = "incomplete"
+        last = "response.failed"
     text = final["output"][0]["content"][0]["text"]
     yield event("response.output_text.done", **where, text=text, logprobs=[])
     yield event("response.content_part.done", **where, part=final["output"][0]["content"][0])
     yield event("response.output_item.done", output_index=0, item=final["output"][0])
-    yield event("response.completed", response=final)
+    yield event(last, response=final)
 
 
 @csrf_exempt

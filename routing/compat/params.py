@@ -92,6 +92,7 @@ class Interactive:
             "deadline_seconds": self.deadline_seconds,
             "task": self.task,
             "stream": self.stream,
+            "include_usage": self.include_usage,
             "metadata": self.metadata,
             "user": self.user,
         }

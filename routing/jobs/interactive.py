@@ -13,12 +13,23 @@ simulated timeline (`Timeline`):
 - all of it in wall time, simulated seconds divided by SIM_TIME_SCALE.
 
 When the answer is complete the web process settles it like the worker does
-(`interactive_finish`: the quoted cost). A client that leaves before the end is charged
-for what was generated before it left (`interactive_abandon`): nothing while it was
-still queued, else its input tokens plus the output tokens generated so far at the
-tier's list price; the rest of the reservation is released and the slot freed. If the
-web process itself dies, the job sweeper finishes the job at its end (full charge), as
-for a worker that died.
+(`interactive_finish`: the quoted cost).
+
+A streamed answer is charged for what it delivered, by one rule (`delivered_charge`,
+applied by `stream_settle`) whichever way it ends early: cancelled through the API
+(routing.jobs.cancel), its client gone (`interactive_abandon`), or its web process
+killed (the job sweeper, `stream_recover`). The stream records the output tokens it is
+about to send on the job (`stream_deliver`: one conditional write per event, at most one
+event per tick) and sends them only if the job still runs; so it stops at its next event
+once the job has been cancelled or has failed, nothing is sent that was not recorded
+while the job ran, and whoever ends the job early charges the recorded count: nothing
+if no output token was delivered, else the input plus the delivered output tokens at
+the tier's list price; the rest of the reservation is released, the slot freed.
+
+A non-streamed answer is delivered whole at its end: a client that leaves before is
+charged for what was generated before it left (nothing while queued); a web process
+that dies leaves the job to the sweeper, which finishes it at its end (full charge: the
+answer is kept, readable at GET /api/v1/jobs/{id}, and an Idempotency-Key retry gets it).
 """
 
 from __future__ import annotations
@@ -35,8 +46,9 @@ from routing import quota
 from routing.core.clock import wall
 from routing.jobs.errors import InteractiveFailed
 from routing.jobs.submit import job_submit
-from routing.jobs.worker import job_claim, job_finish
+from routing.jobs.worker import _settle, job_claim, job_finish
 from routing.models import Account, Job
+from routing.quota.packages import credits
 from routing.router.route import RouteRequest, tokens_cost
 from routing.router.snapshot import model_option
 
@@ -89,10 +101,12 @@ def timeline_of(job: Job) -> Timeline:
 @dataclass(frozen=True)
 class Interactive:
     """What the web process needs to answer: the job (model, tier loaded) and its
-    timeline."""
+    timeline (None for a job that never ran). `replayed`: an Idempotency-Key repeat of
+    an earlier request, whose job this is (no new job, nothing charged again)."""
 
     job: Job
-    timeline: Timeline
+    timeline: Timeline | None
+    replayed: bool = False
 
 
 def interactive_start(
@@ -102,11 +116,16 @@ def interactive_start(
     request: RouteRequest,
     prompt: str,
     payload: dict | None = None,
+    stream: bool = False,
+    idempotency_key: str | None = None,
     at: dt.datetime | None = None,
 ) -> Interactive:
     """Accept an interactive request: quote, job row and reservation, and its slot
-    booked, in one transaction. Raises what job_submit raises (NoTierChosen,
-    quota.QuotaExhausted, ModelRetired, ModelUnknown, AutoNeedsTask ...)."""
+    booked, in one transaction (a streamed one starts with 0 tokens delivered). With an
+    Idempotency-Key used before with the same request: that request's job, `replayed`
+    (the native jobs' rule, routing.jobs.submit). Raises what job_submit raises
+    (NoTierChosen, quota.QuotaExhausted, ModelRetired, ModelUnknown, AutoNeedsTask,
+    IdempotencyMismatch, IdempotencyConflict ...)."""
     at = at or timezone.now()
     with transaction.atomic():
         sub = job_submit(
@@ -114,11 +133,17 @@ def interactive_start(
             payload={"model": model, **(payload or {})},
             request=request,
             prompt=prompt,
+            idempotency_key=idempotency_key,
             at=at,
             send=False,
         )
-        job = job_claim(sub.job.pk, at=at)
-    job = Job.objects.select_related("model", "tier", "pool").get(pk=job.pk)
+        if sub.created:
+            claimed = job_claim(sub.job.pk, at=at)
+            if stream and claimed is not None and claimed.status == Job.Status.RUNNING:
+                Job.objects.filter(pk=claimed.pk).update(delivered_tokens=0)
+    job = Job.objects.select_related("model", "tier", "pool").get(pk=sub.job.pk)
+    if not sub.created:
+        return Interactive(job, timeline_of(job) if job.started_at else None, replayed=True)
     if job.status != Job.Status.RUNNING:  # the engine refused it (released already)
         raise InteractiveFailed(job.error or "The simulated engine cannot run this request.")
     return Interactive(job, timeline_of(job))
@@ -161,10 +186,92 @@ def partial_cost(job: Job, generated: int) -> Decimal:
     return min(cost, job.predicted_cost)
 
 
+def delivered_charge(job: Job, delivered: int) -> Decimal:
+    """The one rule for a streamed answer that ends early (cancelled, client gone, web
+    process killed): nothing if no output token was delivered, else the input plus the
+    `delivered` output tokens at the tier's list price (at most the quote)."""
+    return partial_cost(job, delivered) if delivered > 0 else Decimal(0)
+
+
+def stream_deliver(job_id, delivered: int) -> bool:
+    """The stream is about to hand its client output tokens up to `delivered` (in all):
+    recorded on the job, only while it runs. False when the job no longer runs
+    (cancelled, failed, settled): the stream must send nothing more."""
+    return bool(
+        Job.objects.filter(
+            pk=job_id, status=Job.Status.RUNNING, delivered_tokens__lte=delivered
+        ).update(delivered_tokens=delivered)
+    )
+
+
+STREAM_ENDS = {
+    Job.Status.CANCELLED: "Cancelled while streaming",
+    Job.Status.FAILED: "The stream ended early",
+}
+
+
+def stream_settle(job: Job, *, at: dt.datetime, status: str, why: str = "") -> Job:
+    """End a running streamed job early (the caller holds its row lock, in its
+    transaction), charged by `delivered_charge` for its recorded `delivered_tokens`; the
+    rest of the reservation is released, the slot freed. `status`: CANCELLED or FAILED
+    (a stream that had delivered every token is settled SUCCEEDED at the quote, as its
+    own finish would have). `simulated.generated_tokens`: what the timeline had generated
+    by `at` (a stream never delivers more: ledger_check's stream check)."""
+    delivered = job.delivered_tokens or 0
+    if delivered >= job.output_tokens:
+        job.save(update_fields=_settle(job, max(at, job.finishes_at or at)))
+        return job
+    tl = timeline_of(job)
+    generated = tl.tokens_by(at)
+    charge = delivered_charge(job, delivered)
+    if charge > 0:
+        reservation = quota.quota_settle(reservation_id=job.reservation_id, actual=charge, at=at)
+        job.cost = reservation.charged
+    else:
+        quota.quota_release(reservation_id=job.reservation_id, at=at)
+        job.cost = Decimal(0)
+    job.status = status
+    job.finished_at = at
+    fields = ["status", "finished_at", "cost", "simulated", "error"]
+    if status == Job.Status.CANCELLED:
+        job.cancelled_at = at
+        fields.append("cancelled_at")
+    if job.finishes_at and job.finishes_at > at:
+        job.finishes_at = at  # the slot frees now
+        fields.append("finishes_at")
+    job.simulated = {**(job.simulated or {}), "generated_tokens": generated}
+    head = STREAM_ENDS.get(status, "The stream ended")
+    job.error = f"{head}{why} after {delivered} of {job.output_tokens} output tokens were " + (
+        "delivered; charged for the input and those tokens, the rest released."
+        if charge > 0
+        else "delivered; nothing charged."
+    )
+    job.save(update_fields=fields)
+    return job
+
+
+def stream_recover(job_id, *, at: dt.datetime | None = None) -> Job | None:
+    """The sweeper's end of a streamed job whose web process died (still running past
+    its end): settled for what its stream had recorded as delivered. None when it is
+    not a running streamed job."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update()
+            .select_related("model")
+            .filter(pk=job_id, status=Job.Status.RUNNING, delivered_tokens__isnull=False)
+            .first()
+        )
+        if job is None:
+            return None
+        return stream_settle(job, at=at, status=Job.Status.FAILED, why=" (its web process stopped)")
+
+
 def interactive_abandon(job_id, *, at: dt.datetime | None = None) -> Job | None:
-    """The client left before the answer was complete: charge what was generated
-    before `at` (nothing while still queued; else input + output tokens so far), release
-    the rest, free the slot. The job ends `failed`, its error saying so and
+    """The client left before the answer was complete. A stream: charged for what it
+    delivered (`stream_settle`). A non-streamed answer: charged for what was generated
+    before `at` (nothing while still queued; else input + output tokens so far). The
+    rest is released, the slot freed; the job ends `failed`, its error saying so and
     `simulated.generated_tokens` how far it got. None when the job had ended already
     (its answer complete and settled, or cancelled): nothing changes then."""
     at = at or timezone.now()
@@ -177,6 +284,10 @@ def interactive_abandon(job_id, *, at: dt.datetime | None = None) -> Job | None:
         )
         if job is None:
             return None
+        if job.delivered_tokens is not None:
+            return stream_settle(
+                job, at=at, status=Job.Status.FAILED, why=" (the client disconnected)"
+            )
         tl = timeline_of(job)
         if at >= tl.finishes_at:
             # Everything was generated before the client left: the whole answer.
@@ -200,3 +311,48 @@ def interactive_abandon(job_id, *, at: dt.datetime | None = None) -> Job | None:
             update_fields=["status", "finished_at", "finishes_at", "cost", "simulated", "error"]
         )
         return job
+
+
+def stream_mismatches() -> list[dict]:
+    """Ended streamed jobs not charged by `delivered_charge` for what they delivered:
+    charged more (the whole answer after part of it was delivered), charged less
+    (tokens delivered for free, as after a cancellation at no cost), or delivered more
+    than the timeline had generated when the job ended (tokens sent after it was
+    cancelled or had failed). `manage.py ledger_check` reports them."""
+    bad = []
+    ended = (
+        Job.objects.filter(delivered_tokens__isnull=False)
+        .exclude(status__in=Job.ACTIVE)
+        .select_related("model", "reservation")
+    )
+    for job in ended.iterator(chunk_size=500):
+        delivered, n = job.delivered_tokens, job.output_tokens
+        expected = job.predicted_cost if delivered >= n else delivered_charge(job, delivered)
+        # A settlement never charges more than was reserved (the quote, as the ledger
+        # rounded it).
+        held = job.reservation.amount if job.reservation else expected
+        cost, expected = credits(job.cost or 0), min(credits(expected), credits(held))
+        generated = (job.simulated or {}).get("generated_tokens")
+        problems = []
+        if cost > expected:
+            problems.append("charged_more_than_delivered")
+        if cost < expected:
+            problems.append("delivered_not_charged")
+        if delivered > n or (
+            job.status != Job.Status.SUCCEEDED and generated is not None and delivered > generated
+        ):
+            problems.append("delivered_after_end")
+        if problems:
+            bad.append(
+                {
+                    "job": str(job.pk),
+                    "status": job.status,
+                    "problems": problems,
+                    "delivered_tokens": delivered,
+                    "output_tokens": n,
+                    "generated_tokens": generated,
+                    "cost": cost,
+                    "delivered_charge": expected,
+                }
+            )
+    return bad

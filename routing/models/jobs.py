@@ -116,6 +116,10 @@ class Job(models.Model):
     simulated = models.JSONField(null=True, blank=True)
     cost = models.DecimalField(**CREDIT, null=True, blank=True, help_text="Charged.")
     attempts = models.PositiveIntegerField(default=0)
+    # A streamed answer (the /v1/ chat endpoints with stream: true): output tokens the
+    # stream has handed to the client, recorded before it sends them and only while the
+    # job runs (NULL: not streamed). What an early end charges (routing.jobs.interactive).
+    delivered_tokens = models.PositiveIntegerField(null=True, blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     rerouted_from = models.CharField(

@@ -132,7 +132,7 @@ def test_a_stream_arrives_in_chunks_and_ends_with_usage(live):
         model="sol",
         messages=MESSAGES,
         service_tier="priority",
-        max_tokens=300,
+        max_tokens=1000,  # ~1.5 s: several events of STREAM_TICK_SECONDS
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -140,8 +140,8 @@ def test_a_stream_arrives_in_chunks_and_ends_with_usage(live):
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(content) >= 3  # paced: several events, not one
     text = "".join(c.choices[0].delta.content for c in content)
-    assert len(text.split(" ")) == 300
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 300
+    assert len(text.split(" ")) == 1000
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 1000
     assert chunks[-1].service_tier == "priority"
     job = native(live, f"/api/v1/jobs/{job_id_of(chunks[0].id)}")
     assert job["status"] == "succeeded" and job["cost"] == job["predicted"]["cost"]

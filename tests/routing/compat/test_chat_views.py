@@ -9,6 +9,9 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from routing.accounts.accounts import account_create
+from routing.compat import params
+from routing.jobs.cancel import job_cancel
+from routing.jobs.interactive import interactive_start
 from routing.models import Job
 from tests.helpers import ApiClient
 
@@ -253,3 +256,52 @@ def test_json_with_a_charset_or_in_capitals_passes(api, path, content_type):
     body = json.dumps({"model": "sol", "messages": MESSAGES, "input": "hi"})
     r = api.generic("POST", path, body, content_type=content_type)
     assert r.status_code == 200, r.content
+
+
+def streamed_text(data: list[str]) -> str:
+    """The answer's text from a chat or responses stream's data lines."""
+    events = [json.loads(d) for d in data if d != "[DONE]"]
+    if events[0].get("object") == "chat.completion.chunk":
+        return "".join(c["choices"][0]["delta"].get("content", "") for c in events if c["choices"])
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_an_idempotency_key_answers_a_repeat_from_the_same_job(api, account, path):
+    body = {"model": "sol", "max_tokens": 25} if "chat" in path else {"max_output_tokens": 25}
+    body |= {"messages": MESSAGES} if "chat" in path else {"model": "sol", "input": "Hi"}
+    first = api.post_json(path, body, HTTP_IDEMPOTENCY_KEY="retry-1")
+    again = api.post_json(path, body, HTTP_IDEMPOTENCY_KEY="retry-1")
+    assert first.status_code == again.status_code == 200, again.content
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first
+    job = Job.objects.get()  # one job, charged once
+    assert account.packages.get().spent == job.cost > 0
+    other = api.post_json(path, {**body, "metadata": {"k": "v"}}, HTTP_IDEMPOTENCY_KEY="retry-1")
+    err = error_of(other, 422)
+    assert err["code"] == "idempotency_key_reused" and Job.objects.count() == 1
+    # A streamed request is another body; its repeat replays the whole answer at once.
+    streamed = {**body, "stream": True}
+    data = sse(api.post_json(path, streamed, HTTP_IDEMPOTENCY_KEY="retry-2"))
+    replay = api.post_json(path, streamed, HTTP_IDEMPOTENCY_KEY="retry-2")
+    assert replay["Idempotent-Replayed"] == "true"
+    assert streamed_text(sse(replay)) == streamed_text(data) and Job.objects.count() == 2
+    assert len(streamed_text(data).split(" ")) == 25
+    assert account.packages.get().spent == sum(j.cost for j in Job.objects.all())
+
+
+def test_a_bad_idempotency_key_is_a_400(api):
+    err = error_of(chat(api, headers={"HTTP_IDEMPOTENCY_KEY": "x" * 256}), 400)
+    assert "Idempotency-Key" in err["message"] and Job.objects.count() == 0
+
+
+def test_a_repeat_of_a_cancelled_request_gets_the_same_error(api, account, settings):
+    settings.SIM_TIME_SCALE = 1  # still running when it is cancelled
+    req = params.chat_request({"model": "sol", "messages": MESSAGES, "max_tokens": 9}, {})
+    started = interactive_start(
+        account=account, model=req.model, request=req.route_request(), prompt=req.prompt,
+        payload=req.payload("/v1/chat/completions"), idempotency_key="k",
+    )  # fmt: skip
+    job_cancel(job=started.job)
+    r = chat(api, max_tokens=9, headers={"HTTP_IDEMPOTENCY_KEY": "k"})
+    assert error_of(r, 409)["code"] == "job_cancelled" and Job.objects.count() == 1
