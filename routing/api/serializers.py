@@ -329,11 +329,19 @@ class FileSerializer(serializers.Serializer):
     )
 
 
+# The upload reads `purpose` itself (routing.batches.files.file_create): anything but
+# `batch` is a 400 invalid-purpose, which this enum says (UploadPurposeEnum in
+# ENUM_NAME_OVERRIDES: the File's PurposeEnum keeps its name).
+@extend_schema_field({"type": "string", "enum": [File.Purpose.BATCH]})
+class UploadPurposeField(serializers.CharField):
+    pass
+
+
 class FileUploadSerializer(serializers.Serializer):
     file = serializers.FileField(
         help_text="JSONL, one request a line; at most 200 MB, 50,000 lines."
     )
-    purpose = serializers.CharField(help_text="`batch`.")
+    purpose = UploadPurposeField(help_text="`batch` (the only purpose clients upload).")
 
 
 class BatchCreateSerializer(serializers.Serializer):
