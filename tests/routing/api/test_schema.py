@@ -176,7 +176,7 @@ def test_strings_of_spaces_alone_are_refused_and_the_schema_says_so(schema, api)
         ("RouteRequestRequest", "model"),
         ("JobRequestRequest", "task"),
         ("BatchCreateRequest", "input_file_id"),
-        ("BatchCreateRequest", "completion_window"),
+        ("BatchCreateRequest", "start_at"),
     ]:
         prop = schema["components"]["schemas"][component_name]["properties"][field]
         assert prop["pattern"] == r"\S", (component_name, field)
