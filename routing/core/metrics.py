@@ -53,9 +53,9 @@ RATE_LIMITED = Counter(
 RATE_LIMIT_FAIL_OPEN = Counter(
     "routing_ratelimit_fail_open",
     "Rate-limit checks let through uncounted because the shared cache (Redis) was "
-    "unreachable (rate limits fail open by design), by counter scope: account, anon, write "
-    "(the API throttles), req and tok (an account's or package's requests and tokens per "
-    "minute).",
+    "unreachable (rate limits fail open by design), by counter scope: req and tok (an "
+    "account's or package's requests and tokens; a key's throttle is req), anon (requests "
+    "without a key, per address) and write.",
     ["scope"],
 )
 JOB_QUEUE_WAIT = Histogram(
