@@ -6,8 +6,10 @@
 # schemathesis twice against /api/v1/schema/:
 #   1. stateless: examples, coverage and fuzzing phases, FUZZ_EXAMPLES examples per
 #      operation (default 40);
-#   2. stateful: the links between operations (create a job/file/batch, then read,
-#      cancel or delete it), for at most FUZZ_STATEFUL_SECONDS (default 30).
+#   2. stateful: the OpenAPI links between operations (quote -> job; create a job, file
+#      or batch, then read, cancel or delete it; a file -> its batch and content), for
+#      FUZZ_STATEFUL_SECONDS (default 60). It prints the links it covered ("API Links:
+#      N covered / M selected"); fewer than FUZZ_MIN_LINKS (default 20) fails the step.
 # Every check runs (server errors, status codes, content types, headers, response
 # schemas, negative data rejected, positive data accepted, ...); any failure fails the
 # step. Reports (JUnit, and a pytest file reproducing failures) go to
@@ -20,7 +22,8 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 BIN=$VENV/bin
 EXAMPLES=${FUZZ_EXAMPLES:-40}
-STATEFUL_SECONDS=${FUZZ_STATEFUL_SECONDS:-30}
+STATEFUL_SECONDS=${FUZZ_STATEFUL_SECONDS:-60}
+MIN_LINKS=${FUZZ_MIN_LINKS:-20}
 REPORT_DIR=${FUZZ_REPORT_DIR:-test-artifacts/schemathesis}
 SEED=${FUZZ_SEED:-}
 
@@ -76,10 +79,16 @@ echo "--- stateless: $EXAMPLES examples per operation"
 "$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases examples,coverage,fuzzing --max-examples "$EXAMPLES" \
   --report junit,pytest --report-junit-path "$REPORT_DIR/stateless.xml" \
   --report-pytest-path "$REPORT_DIR/stateless_repro.py" || status=1
-echo "--- stateful: at most $STATEFUL_SECONDS s"
+echo "--- stateful: at most $STATEFUL_SECONDS s, at least $MIN_LINKS links covered"
 "$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases stateful --max-time "$STATEFUL_SECONDS" \
   --report junit,pytest --report-junit-path "$REPORT_DIR/stateful.xml" \
-  --report-pytest-path "$REPORT_DIR/stateful_repro.py" || status=1
+  --report-pytest-path "$REPORT_DIR/stateful_repro.py" | tee "$work/stateful.out" || status=1
+# "API Links:    24 covered / 29 selected / 29 total (15 inferred)"
+covered=$(sed -n 's/^ *API Links: *\([0-9][0-9]*\) covered.*/\1/p' "$work/stateful.out" | tail -1)
+echo "--- stateful links covered: ${covered:-none} (at least $MIN_LINKS wanted)"
+if [[ -z $covered || $covered -lt $MIN_LINKS ]]; then
+  status=1
+fi
 
 if grep -q 'Traceback' "$work/web.log" 2>/dev/null; then
   echo "--- the server logged tracebacks:"

@@ -10,6 +10,9 @@ in one place, instead of each view listing them.
   the hook after this one.
 Every 4xx/5xx response a view declared without a body (an `OpenApiResponse` with only a
 description) gets the problem+json body too; one declared with its own body keeps it.
+
+A second hook, `non_blank_strings`, says what `minLength: 1` cannot: DRF's CharField trims
+whitespace before it checks blank, so a request string of spaces alone is refused too.
 """
 
 from __future__ import annotations
@@ -96,4 +99,28 @@ def add_problem_responses(result, generator, request, public):
                 if code.isdigit() and int(code) >= 400 and not response.get("content"):
                     responses[code] = _problem_response(response["description"], int(code))
             operation["responses"] = dict(sorted(responses.items()))
+    return result
+
+
+# "Not blank after trimming": at least one character that str.strip() would keep (Python's
+# `\s` is the same set of characters as str.isspace()).
+NON_BLANK = r"\S"
+
+
+def non_blank_strings(result, generator, request, public):
+    """drf-spectacular postprocessing hook: a request string property that must not be blank
+    (`minLength: 1`, which drf-spectacular writes for a CharField without allow_blank) and has
+    no pattern, enum or format of its own gets `pattern: "\\S"`: the serializer trims
+    whitespace first (CharField's trim_whitespace, on for every field of this API), so a
+    string of spaces alone is a 400 "may not be blank" that minLength alone does not say."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if not name.endswith("Request"):
+            continue
+        for prop in component.get("properties", {}).values():
+            if (
+                prop.get("type") == "string"
+                and prop.get("minLength", 0) >= 1
+                and not {"pattern", "enum", "format"} & prop.keys()
+            ):
+                prop["pattern"] = NON_BLANK
     return result

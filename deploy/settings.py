@@ -301,12 +301,16 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "deploy.openapi.add_problem_responses",
+        "deploy.openapi.non_blank_strings",  # a string of spaces alone is blank too
         "routing.api.schema.add_links",  # created job/file/batch -> read, cancel, delete
         "deploy.throttling.document_rate_limits",  # last: the 429 of throttled operations
     ],
     "ENUM_NAME_OVERRIDES": {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
         "HealthStatusEnum": ["ok", "degraded"],
+        # A File's purposes, and the one an upload may name (routing.api.serializers).
+        "PurposeEnum": ["batch", "batch_output", "batch_error"],
+        "UploadPurposeEnum": ["batch"],
     },
 }
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import functools
 from decimal import Decimal
 
+from django.core.validators import RegexValidator
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from routing.api.validation import PlainValidator, route_request_problems
-from routing.batches.params import ENDPOINTS
+from routing.batches.params import ENDPOINTS, WINDOW_PATTERN
 from routing.core.formats import cut
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
@@ -336,11 +337,45 @@ class FileSerializer(serializers.Serializer):
     )
 
 
+# The upload reads `purpose` itself (routing.batches.files.file_create): anything but
+# `batch` is a 400 invalid-purpose, which this enum says (UploadPurposeEnum in
+# ENUM_NAME_OVERRIDES: the File's PurposeEnum keeps its name).
+@extend_schema_field({"type": "string", "enum": [File.Purpose.BATCH]})
+class UploadPurposeField(serializers.CharField):
+    pass
+
+
 class FileUploadSerializer(serializers.Serializer):
     file = serializers.FileField(
         help_text="JSONL, one request a line; at most 200 MB, 50,000 lines."
     )
-    purpose = serializers.CharField(help_text="`batch`.")
+    purpose = UploadPurposeField(help_text="`batch` (the only purpose clients upload).")
+
+
+# A batch's completion window: the schema's pattern is the very check the field makes
+# (RegexValidator, on the string as sent: trimming first would let a string the schema
+# calls too long through), then routing.batches.params.parse_window reads it.
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 16, "pattern": WINDOW_PATTERN})
+class WindowField(serializers.CharField):
+    def __init__(self, **kwargs):
+        message = "a whole number of s, m, h or d from 1m to 7d, like 30m, 8h, 24h or 2d."
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault("validators", [RegexValidator(WINDOW_PATTERN, message)])
+        super().__init__(**kwargs)
+
+
+# Batch metadata: at most 16 keys (routing.batches.params.check_metadata). The keys' 64
+# characters need `propertyNames`, which OpenAPI 3.0 does not have (the description says).
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": 512},
+        "maxProperties": 16,
+        "nullable": True,
+    }
+)
+class MetadataField(serializers.DictField):
+    pass
 
 
 class BoundedChoiceField(serializers.ChoiceField):
@@ -364,15 +399,17 @@ class BatchCreateSerializer(serializers.Serializer):
             "invalid_choice": f'"{{input}}" is not batchable; use one of {", ".join(ENDPOINTS)}.'
         },
     )
-    completion_window = serializers.CharField(
-        max_length=16, default="24h", help_text="30m, 8h, 24h (default), 2d; from 1m to 7d."
+    completion_window = WindowField(
+        max_length=16,
+        default="24h",
+        help_text="30m, 8h, 24h (default), 2d: a whole number of s, m, h or d from 1m to 7d.",
     )
     start_at = serializers.CharField(
         required=False,
         allow_null=True,
         help_text="Earliest start: `now` (default) or an ISO 8601 time, at most 31 days ahead.",
     )
-    metadata = serializers.DictField(
+    metadata = MetadataField(
         child=serializers.CharField(allow_blank=True, max_length=512),
         required=False,
         allow_null=True,

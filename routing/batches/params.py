@@ -13,20 +13,39 @@ MIN_WINDOW_SECONDS = 60.0
 MAX_WINDOW_SECONDS = 7 * 86400.0
 MAX_START_AHEAD = dt.timedelta(days=31)
 
-_WINDOW = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_WINDOW = re.compile(r"^([0-9]+)\s*([smhd])$")  # after strip() and lower()
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+# The same rule as one regular expression, for the OpenAPI schema (issue 23: the schema
+# tells the truth, so a schema-valid window is never refused): a whole number (leading
+# zeros allowed) of seconds, minutes, hours or days from 1 minute to 7 days, any case,
+# spaces around it or before the unit. tests/routing/batches/test_window_pattern.py checks
+# it against parse_window.
+_AMOUNTS = {
+    "s": "[6-9][0-9]|[1-9][0-9]{2,4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|604[0-7][0-9]{2}|604800",
+    "m": "[1-9][0-9]{0,3}|100[0-7][0-9]|10080",
+    "h": "[1-9][0-9]?|1[0-5][0-9]|16[0-8]",
+    "d": "[1-7]",
+}
+WINDOW_PATTERN = (
+    r"^\s*0*(?:"
+    + "|".join(rf"(?:{amount})\s*[{unit}{unit.upper()}]" for unit, amount in _AMOUNTS.items())
+    + r")\s*$"
+)
 
 
 def parse_window(text: str | None) -> tuple[str, float]:
-    """'24h' -> ('24h', 86400.0). Accepts s, m, h, d; from 1 minute to 7 days."""
+    """'24h' -> ('24h', 86400.0). A whole number of s, m, h or d; from 1 minute to 7 days
+    (WINDOW_PATTERN says the same)."""
     text = (text or "24h").strip().lower()
     m = _WINDOW.match(text)
     if not m:
         raise BatchError(
-            f"completion_window {echo(text)} is not a duration like 30m, 8h, 24h or 2d.",
+            f"completion_window {echo(text)} is not a duration like 30m, 8h, 24h or 2d "
+            "(a whole number of s, m, h or d).",
             param="completion_window",
         )
-    seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    seconds = float(int(m.group(1)) * _UNIT[m.group(2)])
     if not MIN_WINDOW_SECONDS <= seconds <= MAX_WINDOW_SECONDS:
         raise BatchError(
             f"completion_window must be between 1m and 7d, got {text}.", param="completion_window"

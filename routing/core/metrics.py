@@ -7,7 +7,7 @@ serves both):
 - *State* (jobs by state, pool utilisation, quota reserved and spent, notices, batches)
   is read from the database when Prometheus scrapes: one truth for every replica, no
   process has to remember anything.
-- *Events* (rate-limit refusals, a job's simulated queue wait and completion time when
+- *Events* (rate-limit refusals and fail-opens, a job's simulated queue wait and completion time when
   it finishes, Celery task latency) are counted here, in prometheus_client's
   multiprocess mode: each process writes its counters to a memory-mapped file under
   METRICS_DIR (VAR_DIR/metrics; a process's values survive its exit), and a scrape sums
@@ -48,6 +48,14 @@ TASK_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 RATE_LIMITED = Counter(
     "routing_rate_limited",
     "API requests refused with 429 by the per-caller rate limits, by limit scope.",
+    ["scope"],
+)
+RATE_LIMIT_FAIL_OPEN = Counter(
+    "routing_ratelimit_fail_open",
+    "Rate-limit checks let through uncounted because the shared cache (Redis) was "
+    "unreachable (rate limits fail open by design), by counter scope: req and tok (an "
+    "account's or package's requests and tokens; a key's throttle is req), anon (requests "
+    "without a key, per address) and write.",
     ["scope"],
 )
 JOB_QUEUE_WAIT = Histogram(

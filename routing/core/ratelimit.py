@@ -9,6 +9,12 @@ read and a write: two processes at the same instant may both count once).
 
 A counter's key names its window (`int(time // period)`), so it resets by itself at the
 window's end and expires a little after.
+
+The cache unreachable, `take` fails open: the request goes through uncounted (a rate limit
+is a safeguard, not accounting; money is held by quota reservations in PostgreSQL), with a
+warning in the log and `routing_ratelimit_fail_open_total{scope}` counted once per scope
+of the counters it could not take (the scope is the counter name's first part: `req` in
+`req:account-7`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from dataclasses import dataclass
 from django.core.cache import cache
 from django.core.cache.backends.redis import RedisCacheClient
 from redis.exceptions import RedisError
+
+from routing.core import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +64,11 @@ class Counter:
     name: str
     limit: int
     period: int = 60
+
+    @property
+    def scope(self) -> str:
+        """The kind of limit: the name's part before the first colon ('req')."""
+        return self.name.split(":", 1)[0]
 
     def window(self, at: float) -> int:
         return int(at // self.period)
@@ -113,6 +126,8 @@ def take(counters: list[tuple[Counter, int]], at: float | None = None) -> Taken:
         return _take_generic(counters, at, ttl)
     except CACHE_ERRORS as exc:
         logger.warning("rate-limit cache unavailable, not limiting: %s", exc)
+        for scope in sorted({c.scope for c, _ in counters}):
+            metrics.RATE_LIMIT_FAIL_OPEN.labels(scope=scope).inc()
         return Taken(True, ())
 
 

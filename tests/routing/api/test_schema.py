@@ -5,9 +5,12 @@ schema against a live server in CI (.ci/schemathesis.sh); these pin the findings
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from catalog.models import ModelVersion
+from tests.helpers import jsonl
 
 pytestmark = pytest.mark.django_db
 PROBLEM = "application/problem+json"
@@ -162,3 +165,73 @@ def test_paging_follows_its_cursor_to_the_end(client, builtin_catalog):
         seen += [m["id"] for m in page["data"]]
         url = page["next"]
     assert seen == sorted(ModelVersion.objects.values_list("slug", flat=True))
+
+
+# --- issue 23: schema-valid requests the API refused, and the links the stateful run follows
+
+
+def test_strings_of_spaces_alone_are_refused_and_the_schema_says_so(schema, api):
+    """minLength 1 let "\\f" through the schema, and DRF trims it to a blank: `\\S` says it."""
+    for component_name, field in [
+        ("RouteRequestRequest", "model"),
+        ("JobRequestRequest", "task"),
+        ("BatchCreateRequest", "input_file_id"),
+        ("BatchCreateRequest", "start_at"),
+    ]:
+        prop = schema["components"]["schemas"][component_name]["properties"][field]
+        assert prop["pattern"] == r"\S", (component_name, field)
+    task = {"input_tokens": 100, "output_tokens": 10, "deadline_seconds": 600}
+    assert api.post_json("/api/v1/quotes", {**task, "model": " \f\t"}).status_code == 400
+    assert api.post_json("/api/v1/batches", {"input_file_id": "\x0c"}).status_code == 400
+
+
+def test_an_upload_names_purpose_batch_and_the_schema_says_so(schema, api):
+    upload = schema["components"]["schemas"]["FileUploadRequest"]["properties"]["purpose"]
+    assert component(schema, upload["allOf"][0])["enum"] == ["batch"]
+    assert set(schema["components"]["schemas"]["PurposeEnum"]["enum"]) == {
+        "batch",
+        "batch_output",
+        "batch_error",
+    }
+    r = api.post("/api/v1/files", {"purpose": "00", "file": io.BytesIO(jsonl(1))})
+    assert r.status_code == 400 and r.json()["type"].endswith("/invalid-purpose")
+
+
+def links(schema, path, method):
+    (ok,) = [r for code, r in schema["paths"][path][method]["responses"].items() if code < "300"]
+    return ok.get("links", {})
+
+
+def test_links_name_real_operations_and_their_parameters(schema):
+    """Every link names an operationId of the schema and fills that operation's path
+    parameters (or, for a POST without any, its body)."""
+    by_id = {op["operationId"]: (path, method) for path, method, op in operations(schema)}
+    count = 0
+    for path, _method, op in operations(schema):
+        for response in op["responses"].values():
+            for name, link in response.get("links", {}).items():
+                count += 1
+                target_path, target_method = by_id[link["operationId"]]
+                names = {
+                    p["name"]
+                    for p in schema["paths"][target_path][target_method].get("parameters", [])
+                    if p["in"] == "path"
+                }
+                assert set(link.get("parameters", {})) == names, (path, name)
+                if not names:
+                    assert target_method == "post" and "requestBody" in link, (path, name)
+    assert count >= 12
+
+
+def test_a_quote_leads_to_its_job_and_a_batch_to_its_input_file(schema, api):
+    assert links(schema, "/api/v1/quotes", "post")["CreateJob"] == {
+        "operationId": "jobs_create",
+        "requestBody": "$request.body",
+    }
+    assert links(schema, "/api/v1/batches", "post")["GetInputFile"]["parameters"] == {
+        "file_id": "$response.body#/input_file_id"
+    }
+    # The link's premise: a quote's request body is a valid job request.
+    quote = {"model": "sol", "input_tokens": 100, "output_tokens": 10, "deadline_seconds": 600}
+    assert api.post_json("/api/v1/quotes", quote).status_code == 200
+    assert api.post_json("/api/v1/jobs", quote).status_code in (200, 202)
