@@ -9,7 +9,7 @@ pytest-xdist workers can run these tests side by side.
 
 Registered as a plugin by tests/conftest.py (`pytest_plugins = ["tests.realparts"]`):
 
-    fixtures  redis_server, rabbit_server, broker_server, postgres_server, services,
+    fixtures  redis_server, redis_cache, rabbit_server, broker_server, postgres_server, services,
               real_project
     helpers   free_port, RedisServer, RabbitServer, PostgresServer, ServiceProcess, start_worker,
               start_beat, start_web, web_argv, project_env, run_manage, send_task, group_pids, pid_alive
@@ -1259,6 +1259,23 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def redis_cache(redis_server: RedisServer):
+    """Django's default cache on a throwaway Redis (deploy.cache.RedisCache, db 3)."""
+    from django.core.cache import cache
+    from django.test import override_settings
+
+    caches = {
+        "default": {
+            "BACKEND": "deploy.cache.RedisCache",
+            "LOCATION": redis_server.url_for(3),
+            "KEY_PREFIX": "t",
+        }
+    }
+    with override_settings(CACHES=caches):
+        yield cache
 
 
 @pytest.fixture

@@ -3,27 +3,11 @@ per operation), Django's cache API unchanged, and the rate-limit counters taken 
 Lua script (routing.core.ratelimit) on it, atomic, compatible with `peek`."""
 
 import pytest
-from django.core.cache import cache
-from django.test import override_settings
 
 from routing.core import ratelimit
 from routing.core.ratelimit import Counter
-from tests.realparts import RedisServer
 
 pytestmark = pytest.mark.realparts
-
-
-@pytest.fixture
-def redis_cache(redis_server: RedisServer):
-    caches = {
-        "default": {
-            "BACKEND": "deploy.cache.RedisCache",
-            "LOCATION": redis_server.url_for(3),
-            "KEY_PREFIX": "t",
-        }
-    }
-    with override_settings(CACHES=caches):
-        yield cache
 
 
 def test_one_client_per_pool_and_the_cache_api_unchanged(redis_cache):

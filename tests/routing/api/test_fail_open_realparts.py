@@ -4,27 +4,12 @@ routing_ratelimit_fail_open_total{scope} counts each time, on a throwaway Redis 
 stopped under the cache."""
 
 import pytest
-from django.core.cache import cache
-from django.test import override_settings
 
 from routing.core import metrics, ratelimit
 from routing.core.ratelimit import Counter
 from tests.realparts import RedisServer
 
 pytestmark = [pytest.mark.realparts, pytest.mark.django_db]
-
-
-@pytest.fixture
-def redis_cache(redis_server: RedisServer):
-    caches = {
-        "default": {
-            "BACKEND": "deploy.cache.RedisCache",
-            "LOCATION": redis_server.url_for(3),
-            "KEY_PREFIX": "t",
-        }
-    }
-    with override_settings(CACHES=caches):
-        yield cache
 
 
 def fail_opens(scope: str) -> float:
