@@ -37,9 +37,11 @@ def predict_on(
     output_tokens: int,
     turns: int = 1,
     tool_seconds: float = 0.0,
+    load: float | None = None,
 ) -> simengine.Prediction:
-    """The engine's prediction (no breakdown, no load) for one task shape on a model's
-    pool and tier: the call the worker, the batch runner and the impact view share."""
+    """The engine's prediction (no breakdown; at `load`, the pool's outside load, if
+    given) for one task shape on a model's pool and tier: the call the worker, the batch
+    runner and the impact view share."""
     return simengine.predict(
         model_spec(model),
         engine_deployment(pool, tier),
@@ -49,6 +51,7 @@ def predict_on(
             turns=turns,
             tool_seconds=tool_seconds,
         ),
+        load=load,
         breakdown=False,
     )
 

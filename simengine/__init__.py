@@ -35,8 +35,20 @@ from .queueing import (
     synthetic_jobs,
     wait_estimate,
 )
+from .spread import (
+    PROMISE_QUANTILE,
+    RUN_SPREAD,
+    completion_draw,
+    completion_quantile,
+    run_median_seconds,
+)
 
 __all__ = [
+    "PROMISE_QUANTILE",
+    "RUN_SPREAD",
+    "completion_draw",
+    "completion_quantile",
+    "run_median_seconds",
     "DEFAULT_PARAMS",
     "GDPVAL_TASK",
     "HARDWARE",

@@ -190,6 +190,11 @@ class Prediction:
     load: float | None
     queue_saturated: bool
     turns: tuple[TurnBreakdown, ...] = field(default=())
+    # The wait's distribution behind ``queue_seconds`` (its P90): each queue visit waits
+    # with probability ``wait_probability``, then an exponential time of mean
+    # ``wait_mean`` (simengine.spread draws from it and combines it with the run).
+    wait_probability: float = 0.0
+    wait_mean: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (turn breakdown as a list of dicts)."""
@@ -979,7 +984,7 @@ def predict(
     ) = totals
     s = served
 
-    queue, saturated = _queue_wait(
+    queue, saturated, wait_p, wait_mean = _queue_wait(
         load, servers, mean_service, task.turns, deployment.tier, tier_mix
     )
     capacity = servers * replicas
@@ -1014,6 +1019,8 @@ def predict(
         load=load,
         queue_saturated=saturated,
         turns=turns,
+        wait_probability=wait_p,
+        wait_mean=wait_mean,
     )
 
 
@@ -1046,7 +1053,9 @@ def _predict_totals(
         servers,
     ) = _default_totals(model, deployment, task, batch)
     turns = task.turns
-    queue, saturated = _queue_wait(load, servers, mean_service, turns, tier, tier_mix)
+    queue, saturated, wait_p, wait_mean = _queue_wait(
+        load, servers, mean_service, turns, tier, tier_mix
+    )
     transport_seconds = round_trip * turns
     return Prediction(
         name,
@@ -1069,6 +1078,9 @@ def _predict_totals(
         None if prof_batch is None else int(round(prof_batch)),
         load,
         saturated,
+        (),
+        wait_p,
+        wait_mean,
     )
 
 
@@ -1079,21 +1091,22 @@ def _queue_wait(
     turns: int,
     tier: str,
     tier_mix: Mapping[str, float] | None,
-) -> tuple[float, bool]:
-    # (P90 of the task's total wait over its turns, saturated). One M/M/c per replica
-    # (random routing splits the Poisson arrivals); the queue terms are memoised.
+) -> tuple[float, bool, float, float]:
+    # (P90 of the task's total wait over its turns, saturated, P(a visit waits), mean
+    # wait of a visit that waits). One M/M/c per replica (random routing splits the
+    # Poisson arrivals); the queue terms are memoised.
     if load is None or load <= 0:
-        return 0.0, False
+        return 0.0, False, 0.0, 0.0
     mu = 1.0 / mean_service
     rate = load * servers * mu  # per replica
     if tier_mix:
         prob, cond_mean, saturated = _priority_wait(tier, tier_mix, servers, rate, mu)
         if saturated:
-            return math.inf, True
+            return math.inf, True, 1.0, math.inf
     else:
         prob = erlang_c(servers, load * servers)
         cond_mean = 1.0 / (servers * mu - rate)
-    return total_wait_quantile(prob, cond_mean, turns), False
+    return total_wait_quantile(prob, cond_mean, turns), False, prob, cond_mean
 
 
 def _priority_wait(

@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from routing.core.formats import percent_text
+from routing.jobs.attainment import PROMISED_ATTAINMENT
 from routing.retirement.attention import attention
 
 
@@ -16,6 +17,22 @@ def attention_lines() -> list:
     """Safe HTML lines, most pressing kinds first."""
     a = attention()
     lines = []
+    for row in a.late:
+        lines.append(
+            format_html(
+                "{} on {} met {} of deadlines in the last hour ({} of {} jobs; promised "
+                '{}): <a href="{}">the late jobs</a>.',
+                row.model,
+                row.tier,
+                percent_text(100 * row.share_met),
+                row.met,
+                row.finished,
+                percent_text(100 * PROMISED_ATTAINMENT),
+                reverse("admin:routing_job_changelist")
+                + f"?deadline_met__exact=0&tier__id__exact={row.tier_id}"
+                f"&model__id__exact={row.model_id}",
+            )
+        )
     for b in a.batches:
         lines.append(
             format_html(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from routing.admin.base import ReadOnlyAdmin, readable_fields, short_id, stacked, when
-from routing.core.formats import credits_text
+from routing.core.formats import credits_text, duration_long
 from routing.jobs.cancel import job_cancel
 from routing.jobs.errors import JobNotCancellable
 from routing.models import Job, PoolLoad
@@ -28,8 +28,9 @@ class JobAdmin(ReadOnlyAdmin):
         "model_tier",
         "cost_column",
         "times",
+        "deadline_column",
     ]
-    list_filter = ["status", "tier", "pool", "model"]
+    list_filter = ["status", "deadline_met", "tier", "pool", "model"]
     search_fields = ["id", "account__name", "idempotency_key"]
     date_hierarchy = "created_at"
     list_select_related = ["account", "model", "tier", "pool"]
@@ -55,6 +56,15 @@ class JobAdmin(ReadOnlyAdmin):
     @admin.display(description="created / finishes", ordering="created_at")
     def times(self, obj: Job):
         return stacked(when(obj.created_at), when(obj.finishes_at))
+
+    @admin.display(description="deadline", ordering="late_by_seconds")
+    def deadline_column(self, obj: Job):
+        promise = f"promised {duration_long(obj.promised_seconds)}" if obj.promised_seconds else ""
+        if obj.deadline_met is None:
+            return stacked(f"{duration_long(obj.deadline_seconds)}", promise or "-")
+        if obj.deadline_met:
+            return stacked("met", promise)
+        return stacked(f"missed by {duration_long(obj.late_by_seconds)}", promise)
 
     def get_readonly_fields(self, request, obj=None):
         return readable_fields(Job, [f.name for f in Job._meta.fields])

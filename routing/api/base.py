@@ -59,6 +59,19 @@ def filter_choice(request, qs, name: str, choices):
     return qs.filter(**{name: wanted})
 
 
+BOOLEANS = {"true": True, "false": False}
+
+
+def filter_boolean(request, qs, name: str):
+    """Filter a list by a `true`/`false` query parameter (400 for anything else)."""
+    wanted = query_value(request, name)
+    if wanted is None:
+        return qs
+    if wanted.lower() not in BOOLEANS:
+        raise invalid_parameter(name, f"{name} must be true or false, not {echo(wanted)}.")
+    return qs.filter(**{name: BOOLEANS[wanted.lower()]})
+
+
 def model_url(request, slug: str) -> str:
     return reverse("model-detail", args=[slug], request=request)
 

@@ -16,6 +16,7 @@ from routing.api.base import (
     ClientAPIView,
     NewestFirstPagination,
     client_deprecation_headers,
+    filter_boolean,
     filter_choice,
 )
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
@@ -109,6 +110,11 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
         parameters=[
             OpenApiParameter("status", str, enum=[s.value for s in Job.Status]),
             OpenApiParameter("model", str, description="Requested or served model slug."),
+            OpenApiParameter(
+                "deadline_met",
+                bool,
+                description="Finished jobs that met (true) or missed (false) their deadline.",
+            ),
         ],
         responses=JobSerializer(many=True),
     )
@@ -117,6 +123,7 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
             "model", "tier", "pool", "package"
         )
         qs = filter_choice(request, qs, "status", Job.Status.values)
+        qs = filter_boolean(request, qs, "deadline_met")
         model = query_value(request, "model")
         if model:
             qs = qs.filter(Q(model__slug=model) | Q(requested_model=model))

@@ -30,6 +30,7 @@ from catalog.models import HardwarePool
 from deploy.problems import problem_response
 from deploy.throttling import client_ip
 from routing.core import metrics
+from routing.jobs import attainment
 from routing.models import Batch, Job, Notice, PoolLoad, QuotaPackage
 from routing.router.snapshot import own_occupancy
 
@@ -49,6 +50,7 @@ class StateCollector(Collector):
         yield jobs
 
         yield from self._pools()
+        yield from self._attainment()
 
         totals = QuotaPackage.objects.aggregate(
             limit=Sum("limit"), reserved=Sum("reserved"), spent=Sum("spent")
@@ -86,6 +88,34 @@ class StateCollector(Collector):
         for state in ("total", "completed", "failed"):
             requests.add_metric([state], lines[state] or 0)
         yield requests
+
+    def _attainment(self):
+        window = f"{int(attainment.WINDOW.total_seconds())}s"
+        met = GaugeMetricFamily(
+            "routing_deadline_attainment",
+            "Share of the jobs finished in the window (the last hour) that met their "
+            "deadline, per tier and model.",
+            labels=["tier", "model", "window"],
+        )
+        within = GaugeMetricFamily(
+            "routing_promise_within_share",
+            "Share of the jobs finished in the window that finished within the P90 "
+            "promised at acceptance (about 0.9 when the promise is honest).",
+            labels=["tier", "model", "window"],
+        )
+        finished = GaugeMetricFamily(
+            "routing_jobs_finished_in_window",
+            "Jobs finished in the window with an outcome, per tier and model.",
+            labels=["tier", "model", "window"],
+        )
+        for row in attainment.attainment():
+            labels = [row.tier, row.model, window]
+            met.add_metric(labels, row.share_met)
+            within.add_metric(labels, row.share_within_promise)
+            finished.add_metric(labels, row.finished)
+        yield met
+        yield within
+        yield finished
 
     def _pools(self):
         slugs = dict(HardwarePool.objects.values_list("pk", "slug"))

@@ -106,6 +106,12 @@ class TimingsSerializer(serializers.Serializer):
     tool_seconds = serializers.FloatField()
     total_seconds = serializers.FloatField()
     tokens_per_second = serializers.FloatField()
+    run_seconds = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="The run without any wait. Predicted: the typical run (the promise, "
+        "total_seconds, is the P90 of wait + run); simulated: this job's run.",
+    )
 
 
 class PredictionSerializer(TimingsSerializer):
@@ -292,7 +298,29 @@ class JobSerializer(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(allow_null=True)
     predicted = JobPredictedSerializer()
     simulated = TimingsSerializer(allow_null=True)
-    meets_deadline = serializers.BooleanField(allow_null=True)
+    meets_deadline = serializers.BooleanField(
+        allow_null=True,
+        help_text="Whether the simulated run (known once the job is claimed) ends within "
+        "the deadline; null while queued.",
+    )
+    promised_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="The P90 completion the router promised at acceptance, in simulated "
+        "seconds from submission (9 jobs in 10 finish within it).",
+    )
+    completion_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="When the job completed, in simulated seconds from submission (set when "
+        "it succeeds).",
+    )
+    deadline_met = serializers.BooleanField(
+        allow_null=True,
+        help_text="Set when the job succeeds: completion_seconds <= deadline_seconds. "
+        "Filter the list with ?deadline_met=false.",
+    )
+    late_by_seconds = serializers.FloatField(
+        allow_null=True, help_text="How late the job completed (0 when it met its deadline)."
+    )
     usage = serializers.DictField(allow_null=True)
     cost = serializers.DecimalField(max_digits=18, decimal_places=6, allow_null=True)
     package = PackageRefSerializer()
@@ -423,6 +451,19 @@ class RequestCountsSerializer(serializers.Serializer):
     failed = serializers.IntegerField()
 
 
+class BatchDeadlineSerializer(serializers.Serializer):
+    lines_in_time = serializers.IntegerField(
+        help_text="Lines completed within the completion window (a line's deadline)."
+    )
+    share_in_time = serializers.FloatField(
+        allow_null=True, help_text="lines_in_time / request_counts.total."
+    )
+    window_met = serializers.BooleanField(
+        allow_null=True,
+        help_text="Whether the whole batch completed within its window (null while it runs).",
+    )
+
+
 class BatchSerializer(serializers.Serializer):
     """Documents a batch (built by batch_json)."""
 
@@ -463,6 +504,7 @@ class BatchSerializer(serializers.Serializer):
     cost = serializers.CharField(help_text="Charged so far (completed requests).")
     schedule = serializers.CharField(allow_null=True)
     retry_of = serializers.UUIDField(allow_null=True)
+    deadline = BatchDeadlineSerializer()
     time_scale = serializers.FloatField()
 
 

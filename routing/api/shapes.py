@@ -10,6 +10,7 @@ import math
 
 from catalog import lifecycle
 from routing.api.serializers import TimingsSerializer
+from routing.batches.output import batch_outcome
 from routing.batches.planning import SCHEDULED, waits_for_start
 from routing.core.clock import sim_scale
 from routing.core.formats import iso
@@ -126,6 +127,10 @@ def job_json(job: Job, *, detail: bool = False, full_output: bool = False) -> di
         },
         "simulated": sim,
         "meets_deadline": (sim["total_seconds"] <= job.deadline_seconds) if sim else None,
+        "promised_seconds": job.promised_seconds,
+        "completion_seconds": job.completion_seconds,
+        "deadline_met": job.deadline_met,
+        "late_by_seconds": job.late_by_seconds,
         "usage": {"input_tokens": job.input_tokens, "output_tokens": job.output_tokens}
         if done
         else None,
@@ -186,5 +191,6 @@ def batch_json(b: Batch) -> dict:
         "cost": str(b.cost),
         "schedule": b.schedule.name if b.schedule_id else None,
         "retry_of": str(b.retry_of_id) if b.retry_of_id else None,
+        "deadline": batch_outcome(b),
         "time_scale": sim_scale(),
     }

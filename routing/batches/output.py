@@ -43,6 +43,8 @@ def output_lines(batch: Batch) -> Iterator[bytes]:
         "rerouted_from",
         "request",
     ).iterator(chunk_size=2000):
+        body = body_of(r, models, tiers)
+        body["deadline_met"] = line_in_time(batch, r["finished_at"])
         yield json.dumps(
             {
                 "id": f"batch_req_{r['pk']}",
@@ -50,11 +52,39 @@ def output_lines(batch: Batch) -> Iterator[bytes]:
                 "response": {
                     "status_code": 200,
                     "request_id": f"req_{batch.pk.hex[:12]}_{r['line']}",
-                    "body": body_of(r, models, tiers),
+                    "body": body,
                 },
                 "error": None,
             }
         ).encode()
+
+
+def line_in_time(batch: Batch, finished_at) -> bool | None:
+    """A batch line's deadline is its batch's completion window: met when it finished
+    by the window's end."""
+    if finished_at is None or batch.expires_at is None:
+        return None
+    return finished_at <= batch.expires_at
+
+
+def batch_outcome(batch: Batch) -> dict:
+    """The batch's promise and outcome: the share of its lines completed within the
+    window, and whether the whole batch completed within it (null while it runs)."""
+    total = batch.total or 0
+    ended = batch.status in Batch.TERMINAL
+    window_met = None
+    if ended:
+        window_met = (
+            batch.status == Batch.Status.COMPLETED
+            and batch.completed_at is not None
+            and batch.completed_at <= batch.expires_at
+            and batch.failed == 0
+        )
+    return {
+        "lines_in_time": batch.completed,
+        "share_in_time": (batch.completed / total) if total else None,
+        "window_met": window_met,
+    }
 
 
 def _result_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:

@@ -55,6 +55,7 @@ from routing.jobs.interactive import (
 )
 from routing.jobs.output import synthetic_output
 from routing.models import Job
+from routing.router import timing
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -112,12 +113,29 @@ def _begin(request, endpoint: str):
         else:
             headers = client_deprecation_headers(started.job.model, request)
         headers["X-Job-Id"] = str(started.job.pk)
+        headers.update(deadline_headers(started.job))
         return req, started, headers, key
     except Exception as exc:
         response = exception_response(exc, request)
         if response is None:
             raise
         return response
+
+
+def deadline_headers(job: Job) -> dict[str, str]:
+    """The promise and its outcome as response headers (OpenAI's bodies have no room
+    for them). The outcome is known from the start, streamed or not: the simulated run
+    is drawn when the job is claimed, before the first token."""
+    out = {}
+    if job.promised_seconds is not None:
+        out["X-Promised-Seconds"] = f"{job.promised_seconds:.3f}"
+    total = (job.simulated or {}).get("total_seconds")
+    if total is not None:
+        outcome = timing.deadline_outcome(total, job.deadline_seconds)
+        out["X-Completion-Seconds"] = f"{outcome.completion_seconds:.3f}"
+        out["X-Deadline-Met"] = "true" if outcome.deadline_met else "false"
+        out["X-Late-By-Seconds"] = f"{outcome.late_by_seconds:.3f}"
+    return out
 
 
 def _words(job: Job) -> list[str]:

@@ -72,6 +72,24 @@ JOB_COMPLETION = Histogram(
     ["tier"],
     buckets=SIM_SECONDS_BUCKETS,
 )
+JOB_DEADLINE = Counter(
+    "routing_job_deadline",
+    "Finished jobs by tier and outcome: met or missed their deadline (simulated "
+    "completion against deadline_seconds).",
+    ["tier", "outcome"],
+)
+JOB_PROMISE = Counter(
+    "routing_job_promise",
+    "Finished jobs by tier: within the P90 completion promised at acceptance or beyond "
+    "it (about 9 in 10 within, if the promise is honest).",
+    ["tier", "within"],
+)
+JOB_LATENESS = Histogram(
+    "routing_job_lateness_seconds",
+    "Simulated seconds a job that missed its deadline was late, per tier.",
+    ["tier"],
+    buckets=SIM_SECONDS_BUCKETS,
+)
 TASK_QUEUE_WAIT = Histogram(
     "routing_celery_task_queue_wait_seconds",
     "Wall seconds from a task's publication (or its countdown's end) to a worker "
@@ -94,12 +112,25 @@ def event_registry() -> CollectorRegistry:
     return registry
 
 
-def observe_job_finished(tier: str, simulated: dict | None) -> None:
-    """A job has finished: its simulated queue wait and completion time, per tier."""
-    if not simulated:
-        return
-    wait, total = simulated.get("queue_seconds"), simulated.get("total_seconds")
-    if wait is not None:
-        JOB_QUEUE_WAIT.labels(tier=tier).observe(max(0.0, float(wait)))
-    if total is not None:
-        JOB_COMPLETION.labels(tier=tier).observe(max(0.0, float(total)))
+def observe_job_finished(
+    tier: str,
+    simulated: dict | None,
+    *,
+    deadline_met: bool | None = None,
+    late_by_seconds: float | None = None,
+    within_promise: bool | None = None,
+) -> None:
+    """A job has finished: its simulated queue wait and completion time, and whether
+    it met its deadline (how late, if not) and its promise, per tier."""
+    if simulated:
+        wait, total = simulated.get("queue_seconds"), simulated.get("total_seconds")
+        if wait is not None:
+            JOB_QUEUE_WAIT.labels(tier=tier).observe(max(0.0, float(wait)))
+        if total is not None:
+            JOB_COMPLETION.labels(tier=tier).observe(max(0.0, float(total)))
+    if deadline_met is not None:
+        JOB_DEADLINE.labels(tier=tier, outcome="met" if deadline_met else "missed").inc()
+        if not deadline_met and late_by_seconds is not None:
+            JOB_LATENESS.labels(tier=tier).observe(float(late_by_seconds))
+    if within_promise is not None:
+        JOB_PROMISE.labels(tier=tier, within="true" if within_promise else "false").inc()

@@ -16,7 +16,7 @@ from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.core import dispatch
-from routing.core.clock import wall
+from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
 from routing.models import Account, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
@@ -45,11 +45,13 @@ def job_submit(
     idempotency_key: str | None = None,
     at: dt.datetime | None = None,
     send: bool = True,
+    job_id: uuid.UUID | None = None,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
     as an interactive request does). Raises NoTierChosen, quota.QuotaExhausted,
-    ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch."""
+    ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch.
+    `job_id`: the new job's id (a replay gives seeded ids; random otherwise)."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
@@ -71,7 +73,7 @@ def job_submit(
             if not lifecycle.is_serving(model, at):
                 res = lifecycle.resolve_successor(model, at)
                 raise ModelRetired(model, res.model if res.model.pk != model.pk else None, res.tier)
-            job_id = uuid.uuid4()
+            job_id = job_id or uuid.uuid4()
             reservation = quota.quota_reserve_for(
                 account=account,
                 model_id=model.pk,
@@ -175,11 +177,16 @@ def _lock_idempotency_key(account: Account, key: str) -> None:
         raise IntegrityError("idempotency key taken")  # finished meanwhile: replay it
 
 
-def placement_fields(c, reservation, at: dt.datetime) -> dict:
+def placement_fields(
+    c, reservation, at: dt.datetime, submitted_at: dt.datetime | None = None
+) -> dict:
     """Where a job runs and what it was promised, from the router's chosen candidate and
-    the reservation that pays for it (used when a job is created and when it is moved)."""
+    the reservation that pays for it (used when a job is created and when it is moved:
+    a moved job's promise still counts from its submission, `submitted_at`)."""
     pred = c.prediction
+    before = 0.0 if submitted_at is None else max(0.0, (at - submitted_at).total_seconds())
     return {
+        "promised_seconds": before * sim_scale() + pred["total_seconds"],
         "tier_id": c.tier_id,
         "pool_id": c.pool_id,
         "predicted": pred,
@@ -211,6 +218,7 @@ def _create_job(
         max_cost=request.max_cost,
         prompt=prompt,
         last_sent_at=at,
+        created_at=at,
         **placement_fields(q.decision.chosen, reservation, at),
     )
 

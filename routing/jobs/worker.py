@@ -25,7 +25,7 @@ from routing import quota
 from routing.core import dispatch, metrics
 from routing.core.clock import sim_scale, wall
 from routing.models import Job
-from routing.router import occupancy
+from routing.router import occupancy, timing
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,8 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
     if job is None:
         return None  # done, cancelled, or claimed by another delivery
     try:
+        # The engine at the outside load the router saw (routing.router.timing): the
+        # same prediction the promise was made from.
         pred = predict_on(
             job.model,
             job.pool,
@@ -130,6 +132,7 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
             output_tokens=job.output_tokens,
             turns=job.turns,
             tool_seconds=job.tool_seconds,
+            load=(job.predicted or {}).get("load"),
         )
     except simengine.SimEngineError as exc:
         job.status, job.error, job.finished_at = Job.Status.FAILED, str(exc), at
@@ -142,11 +145,13 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         with connection.cursor() as cur:
             cur.execute(_POOL_LOCK_SQL, [job.pool_id])
     start = slot_start(job.pool_id, job.slot_share, at)
-    run_seconds = pred.total_seconds  # no queue term: the real queue is the slot wait
-    queue_seconds = (start - job.created_at).total_seconds() * sim_scale()
+    # This job's draw of wait (outside load) + run, fixed by its id.
+    outside_wait, run = timing.job_draw(pred, job.turns, job.pk)
+    slot_wait = max(0.0, (start - job.created_at).total_seconds()) * sim_scale()
+    queue_seconds = slot_wait + outside_wait
     job.status = Job.Status.RUNNING
     job.started_at = start
-    job.finishes_at = start + wall(run_seconds)
+    job.finishes_at = start + wall(outside_wait + run)
     job.attempts += 1
     job.simulated = {
         "queue_seconds": queue_seconds,
@@ -154,7 +159,9 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         "generation_seconds": pred.generation_seconds,
         "transport_seconds": pred.transport_seconds,
         "tool_seconds": pred.tool_seconds,
-        "total_seconds": queue_seconds + run_seconds,
+        "run_seconds": run,
+        "run_median_seconds": simengine.run_median_seconds(pred),
+        "total_seconds": queue_seconds + run,
         "tokens_per_second": pred.tokens_per_second,
     }
     fields = ["status", "started_at", "finishes_at", "attempts", "simulated"]
@@ -235,12 +242,38 @@ def _settle(job: Job, at: dt.datetime) -> list[str]:
     job.status = Job.Status.SUCCEEDED
     job.finished_at = at
     job.cost = reservation.charged
-    return ["status", "finished_at", "cost"]
+    return ["status", "finished_at", "cost", *_record_outcome(job)]
+
+
+def _record_outcome(job: Job) -> list[str]:
+    """The job's outcome from its simulated completion (not saved; the fields written)."""
+    total = (job.simulated or {}).get("total_seconds")
+    if total is None:
+        return []
+    outcome = timing.deadline_outcome(total, job.deadline_seconds)
+    job.completion_seconds = outcome.completion_seconds
+    job.deadline_met = outcome.deadline_met
+    job.late_by_seconds = outcome.late_by_seconds
+    return ["completion_seconds", "deadline_met", "late_by_seconds"]
 
 
 def _observe_on_commit(job: Job) -> None:
     tier_id, simulated = job.tier_id, job.simulated
-    transaction.on_commit(lambda: metrics.observe_job_finished(tier_slug(tier_id), simulated))
+    met, late = job.deadline_met, job.late_by_seconds
+    within = (
+        job.completion_seconds <= job.promised_seconds
+        if job.completion_seconds is not None and job.promised_seconds is not None
+        else None
+    )
+    transaction.on_commit(
+        lambda: metrics.observe_job_finished(
+            tier_slug(tier_id),
+            simulated,
+            deadline_met=met,
+            late_by_seconds=late,
+            within_promise=within,
+        )
+    )
 
 
 def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:

@@ -7,6 +7,7 @@ import uuid
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing.models.accounts import Account
@@ -126,7 +127,16 @@ class Job(models.Model):
         max_length=80, blank=True, help_text="The retired model this job was moved from."
     )
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # The promise and its outcome, in simulated seconds from submission: the P90
+    # completion the router decided on (routing.router.timing), then the completion the
+    # run simulated, whether it met the deadline and by how much it was late (0 if met).
+    promised_seconds = models.FloatField(null=True, blank=True)
+    completion_seconds = models.FloatField(null=True, blank=True)
+    deadline_met = models.BooleanField(null=True, blank=True)
+    late_by_seconds = models.FloatField(null=True, blank=True)
+
+    # Set by the caller's clock (a replay or a test passes its own `at`), now otherwise.
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
 
@@ -146,6 +156,12 @@ class Job(models.Model):
             models.Index(fields=["pool", "status", "finishes_at"]),
             # Running jobs past their end, not yet finished (own_occupancy's correction).
             models.Index(fields=["status", "finishes_at"], name="job_status_finishes_at"),
+            # Attainment over a sliding window (metrics, the admin home's attention list).
+            models.Index(
+                fields=["finished_at", "tier", "model"],
+                condition=Q(deadline_met__isnull=False),
+                name="job_outcome_window",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,11 +1,12 @@
-"""What needs an operator's attention now (the admin home page lists it): retirements
-coming (flagged when inside their notice period), pools near capacity, notices whose
-webhook delivery failed, and batches at risk of missing their window. Reads only."""
+"""What needs an operator's attention now (the admin home page lists it): tiers or models
+that did not keep their deadline promise over the last hour, retirements coming (flagged
+when inside their notice period), pools near capacity, notices whose webhook delivery
+failed, and batches at risk of missing their window. Reads only."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q
 from django.utils import timezone
@@ -13,6 +14,7 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, NoticePolicy
 from routing.core.formats import duration_long
+from routing.jobs.attainment import Attainment, attainment
 from routing.models import Batch, Notice
 from routing.router.snapshot import pool_loads
 
@@ -55,9 +57,10 @@ class Attention:
     pools: list[BusyPool]
     failed_notices: list[FailedNotices]
     batches: list[BatchAtRisk]
+    late: list[Attainment] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.retiring or self.pools or self.failed_notices or self.batches)
+        return bool(self.retiring or self.pools or self.failed_notices or self.batches or self.late)
 
 
 def attention(at: dt.datetime | None = None) -> Attention:
@@ -67,6 +70,7 @@ def attention(at: dt.datetime | None = None) -> Attention:
         pools=_busy_pools(),
         failed_notices=_failed_notices(),
         batches=_batches_at_risk(at),
+        late=[a for a in attainment(at) if a.below_promise],
     )
 
 

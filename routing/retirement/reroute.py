@@ -14,7 +14,7 @@ from routing import quota
 from routing.jobs.submit import placement_fields
 from routing.models import Job
 from routing.router.route import RouteRequest, route
-from routing.router.snapshot import model_option, pool_loads
+from routing.router.snapshot import model_option, pool_state
 
 
 def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
@@ -31,7 +31,7 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
     if res.model.pk == model.pk or lifecycle.model_status(model, at) != lifecycle.RETIRED:
         return done
     successor, option = res.model, model_option(res.model)
-    loads = pool_loads()
+    pools = pool_state(at)
     for job_id in Job.objects.filter(model=model, status=Job.Status.QUEUED).values_list(
         "pk", flat=True
     ):
@@ -57,7 +57,8 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
                 request,
                 models=[option],
                 packages=quota.account_packages(job.account_id),
-                loads=loads,
+                loads=pools.loads,
+                own=pools.own,
                 now=at,
             )
             c = decision.chosen
@@ -77,7 +78,7 @@ def jobs_reroute(*, model: ModelVersion, at: dt.datetime | None = None) -> dict:
             )
             job.rerouted_from = model.slug
             job.model = successor
-            for name, value in placement_fields(c, reservation, at).items():
+            for name, value in placement_fields(c, reservation, at, job.created_at).items():
                 setattr(job, name, value)
             job.save()
             done["rerouted"] += 1

@@ -13,6 +13,7 @@ from django.db.models import Count, Q, Sum
 
 from routing.migrations._occupancy_sql import FILL
 from routing.models import Job, PoolOccupancy
+from routing.router.timing import OwnSlots
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +44,25 @@ def running_share(pool_id: int) -> float:
     return max(0.0, row["running_share"]) if row else 0.0
 
 
+# A pool's running jobs are read (by end) for the router's slot wait when the pool is at
+# least this busy, or holds few enough of them that reading is cheap: below both, every
+# tier's stream fits (a share of one stream is at most 1 / its stream capacity).
+HOLDING_BUSY = 0.5
+HOLDING_FEW = 64
+
+
 def own_occupancy(at: dt.datetime) -> dict[int, float]:
     """Share of each pool held or awaited by this service's jobs: queued jobs plus
-    running jobs not yet past their end (`at`). The counters hold every running job;
-    the few past their end and awaiting their finish are read by index and taken off."""
+    running jobs not yet past their end (`at`)."""
+    return {pool_id: slots.busy for pool_id, slots in own_slots(at, holding=False).items()}
+
+
+def own_slots(at: dt.datetime, *, holding: bool = True) -> dict[int, OwnSlots]:
+    """Our own work on each pool at `at` (routing.router.timing.OwnSlots): the slot
+    share of queued jobs and of running jobs not yet past their end, and, with
+    `holding`, the running jobs by end where the router may need them. The counters hold
+    every running job; the few past their end and awaiting their finish are read by
+    index and taken off."""
     ended = {
         r["pool_id"]: r
         for r in Job.objects.filter(status=Job.Status.RUNNING, finishes_at__lte=at)
@@ -56,9 +72,23 @@ def own_occupancy(at: dt.datetime) -> dict[int, float]:
     out = {}
     for pool_id, r in pool_totals().items():
         gone = ended.get(pool_id, {"share": 0.0, "n": 0})
-        if r["queued"] <= 0 and r["running"] - gone["n"] <= 0:
+        running_n = r["running"] - gone["n"]
+        if r["queued"] <= 0 and running_n <= 0:
             continue  # nothing of ours on the pool (as if no job row matched)
-        out[pool_id] = max(0.0, r["queued_share"] + r["running_share"] - gone["share"])
+        running = max(0.0, r["running_share"] - gone["share"])
+        queued = max(0.0, r["queued_share"])
+        held: tuple = ()
+        if (
+            holding
+            and running_n > 0
+            and (running + queued >= HOLDING_BUSY or running_n <= HOLDING_FEW)
+        ):
+            held = tuple(
+                Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING, finishes_at__gt=at)
+                .order_by("finishes_at")
+                .values_list("finishes_at", "slot_share")
+            )
+        out[pool_id] = OwnSlots(running, queued, held)
     return out
 
 

@@ -13,7 +13,7 @@ from routing.models import Account
 from routing.quota import account_packages
 from routing.router.resolve import ModelNotServing, Resolved, auto_candidates, resolve_for_routing
 from routing.router.route import RouteDecision, RouteRequest, route
-from routing.router.snapshot import model_option, pool_loads
+from routing.router.snapshot import model_option, pool_state
 
 AUTO = "auto"
 
@@ -49,18 +49,26 @@ def route_request_from(data: dict) -> RouteRequest:
 
 def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.datetime) -> Quote:
     packages = account_packages(account)
-    loads = pool_loads()
+    pools = pool_state(at)
     if model == AUTO:
         if not request.task:
             raise AutoNeedsTask("model 'auto' needs a `task` class (e.g. swe-bench-pro).")
         options = [model_option(m) for m in auto_candidates(request.task, at)]
         decision = route(
-            request, models=options, packages=packages, loads=loads, now=at, quality=True
+            request,
+            models=options,
+            packages=packages,
+            loads=pools.loads,
+            own=pools.own,
+            now=at,
+            quality=True,
         )
         return Quote(request, model, None, decision, at, packages)
     resolved = resolve_for_routing(model, auto_migrate=account.auto_migrate, at=at)
     option = model_option(resolved.model)
     if not option.tiers:
         raise ModelNotServing(resolved.model, lifecycle.model_status(resolved.model, at))
-    decision = route(request, models=[option], packages=packages, loads=loads, now=at)
+    decision = route(
+        request, models=[option], packages=packages, loads=pools.loads, own=pools.own, now=at
+    )
     return Quote(request, model, resolved, decision, at, packages)

@@ -20,6 +20,7 @@ from decimal import Decimal
 
 import simengine
 from routing.quota import PackageView, choose_package, earliest_reset, payment_order
+from routing.router.timing import OwnSlots, own_wait_seconds, promise_seconds
 
 MILLION = Decimal(1_000_000)
 
@@ -173,8 +174,14 @@ def route(
     loads: Mapping[int, float],
     now: dt.datetime,
     quality: bool = False,
+    own: Mapping[int, OwnSlots] | None = None,
 ) -> RouteDecision:
     """Evaluate every tier of every model given and choose.
+
+    `loads`: each pool's outside load (PoolLoad; a pool without one runs at its tiers'
+    published operating point). `own`: our own work on each pool (its slots; a full
+    pool adds the wait for one). A candidate's `total_seconds` is the P90 completion
+    promised (routing.router.timing), what the worker's simulation meets 9 times in 10.
 
     One model: the cheapest tier that meets the deadline. `quality=True` (model
     "auto"): the cheapest expected cost to a correct result (cost / success rate)
@@ -191,13 +198,16 @@ def route(
     n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
     predict, engine_error = simengine.predict, simengine.SimEngineError
     load_of = loads.get
+    own_of = (own or {}).get
+    turns = req.turns
     for model in models:
         fits = task_fits(model, req)
         fits_somewhere |= fits
         for option in model.tiers:
-            # A pool without a measured load runs at the operating point the published
-            # tier speeds describe (the engine's load=None); a measured load sets the
-            # decode batch (continuous batching) and the replicas' queues.
+            # A pool without a measured outside load runs at the operating point the
+            # published tier speeds describe (the engine's load=None); a measured one
+            # sets the decode batch (continuous batching) and the replicas' queues.
+            # Our own jobs are slots, not load (routing.router.timing).
             measured = load_of(option.pool_id)
             load = 0.0 if measured is None else measured
             # = task_cost(option, req), the same Decimal operations inline
@@ -235,16 +245,25 @@ def route(
             except engine_error as exc:
                 cand.reason = f"cannot run: {exc}"
                 continue
-            cand.prediction = pred.summary()
-            cand.total_seconds = pred.total_seconds
-            expected_seconds = pred.total_seconds
+            run = simengine.run_median_seconds(pred)
+            own_wait = own_wait_seconds(
+                own_of(option.pool_id), 1.0 / max(1, pred.stream_capacity), now, run
+            )
+            promised = promise_seconds(pred, turns, own_wait)
+            summary = pred.summary()
+            summary["queue_seconds"] = own_wait + pred.queue_seconds
+            summary["total_seconds"] = promised
+            summary["run_seconds"] = run
+            summary["load"] = measured
+            cand.prediction = summary
+            cand.total_seconds = expected_seconds = promised
             if quality:
                 p = success_rate(model, req.task or "", deadline)
                 if not p:
                     cand.reason = f"no published {req.task} result within the deadline"
                     continue
                 cand.success_rate = p
-                cand.expected_seconds = expected_seconds = pred.total_seconds / p
+                cand.expected_seconds = expected_seconds = promised / p
                 cand.expected_cost = (cost / Decimal(str(p))).quantize(Decimal("0.000001"))
             if expected_seconds > deadline:
                 what = "expected time to a correct result" if quality else "predicted"

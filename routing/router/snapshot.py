@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from dataclasses import dataclass
 
 from django.core.cache import cache
 from django.db import transaction
@@ -27,6 +28,7 @@ from routing.models import PoolLoad
 from routing.router import occupancy
 from routing.router.route import Benchmark as RouterBenchmark
 from routing.router.route import ModelOption, TierOption
+from routing.router.timing import OwnSlots
 
 # The catalog changes only when an admin edits it, and the quote path reads it on every
 # request: each process keeps what it read, valid while the shared generation "catalog"
@@ -44,6 +46,7 @@ CATALOG = "catalog"
 # steer the wait estimate, never money or lifecycle: slot booking locks the pool row.
 POOL_LOAD_TTL_SECONDS = 1.0
 POOL_LOADS_KEY = "router:pool-loads"
+POOL_STATE_KEY = "router:pool-state"
 OWN_QUEUE_UTILISATION = 0.999
 _snapshot_lock = threading.Lock()
 _snapshot: dict[int, tuple[str, float, ModelOption]] = {}
@@ -165,9 +168,44 @@ def _compute_pool_loads() -> dict[int, float]:
     return loads
 
 
+@dataclass(frozen=True)
+class PoolState:
+    """What the router reads of the pools: each pool's outside load (PoolLoad, the
+    engine's load) and our own work on it (slots; routing.router.timing)."""
+
+    loads: dict[int, float]
+    own: dict[int, OwnSlots]
+
+
+def pool_state(at: dt.datetime | None = None) -> PoolState:
+    """The pools as the router sees them at `at` (now by default). The present is
+    shared by every process for POOL_LOAD_TTL_SECONDS, like the loads; another moment
+    (a replay's simulated clock, a test's) is read as it is then."""
+    now = timezone.now()
+    if at is not None and abs((at - now).total_seconds()) > POOL_LOAD_TTL_SECONDS:
+        return _compute_pool_state(at)
+    try:
+        state = cache.get(POOL_STATE_KEY)
+    except (OSError, RedisError):
+        state = None
+    if state is not None:
+        return state
+    state = _compute_pool_state(now)
+    try:
+        cache.set(POOL_STATE_KEY, state, timeout=POOL_LOAD_TTL_SECONDS)
+    except (OSError, RedisError):
+        pass
+    return state
+
+
+def _compute_pool_state(at: dt.datetime) -> PoolState:
+    loads = dict(PoolLoad.objects.values_list("pool_id", "background_utilisation"))
+    return PoolState(loads, occupancy.own_slots(at))
+
+
 def _drop_pool_loads() -> None:
     try:
-        cache.delete(POOL_LOADS_KEY)
+        cache.delete_many([POOL_LOADS_KEY, POOL_STATE_KEY])
     except (OSError, RedisError):
         pass
 

@@ -102,6 +102,47 @@ def test_a_job_moves_the_figures(api, client, django_capture_on_commit_callbacks
     assert value(after, "routing_pool_utilisation", pool=pool, source="own") == 0
 
 
+def test_attainment_and_lateness_are_served(api, client, django_capture_on_commit_callbacks):
+    # One job that met its deadline and one that missed it (its claim came late: the
+    # slot wait counts from its submission), then one scrape.
+    met = jobs_worker.job_run(job_submit(api, tier="standard", deadline_seconds=86400).json()["id"])
+    missed_id = job_submit(api, tier="standard", deadline_seconds=600).json()["id"]
+    submitted = Job.objects.get(pk=missed_id).created_at
+    missed = jobs_worker.job_run(missed_id, at=submitted + dt.timedelta(seconds=900))
+    counts = {
+        o: own(metrics.JOB_DEADLINE, "routing_job_deadline_total", tier="standard", outcome=o)
+        for o in ("met", "missed")
+    }
+    late_before = own(metrics.JOB_LATENESS, "routing_job_lateness_seconds_count", tier="standard")
+    with django_capture_on_commit_callbacks(execute=True):
+        for job in (met, missed):
+            jobs_worker.job_finish(job.pk, at=job.finishes_at + dt.timedelta(seconds=1))
+    missed.refresh_from_db()
+    assert missed.deadline_met is False and missed.late_by_seconds > 300
+    assert (
+        own(metrics.JOB_DEADLINE, "routing_job_deadline_total", tier="standard", outcome="met")
+        == counts["met"] + 1
+    )
+    assert (
+        own(metrics.JOB_DEADLINE, "routing_job_deadline_total", tier="standard", outcome="missed")
+        == counts["missed"] + 1
+    )
+    assert (
+        own(metrics.JOB_LATENESS, "routing_job_lateness_seconds_count", tier="standard")
+        == late_before + 1
+    )
+    # The sliding window is read at scrape time: the jobs finished in the future of
+    # this clock (simulated ends), so read the window where they are.
+    from routing.jobs.attainment import attainment
+
+    rows = attainment(at=missed.finished_at + dt.timedelta(seconds=1))
+    row = next(r for r in rows if r.tier == "standard")
+    assert (row.finished, row.met) == (2, 1) and row.share_met == 0.5
+    figures = scrape(client)
+    names = {n for n, _ in figures}
+    assert {"routing_job_deadline_total", "routing_job_lateness_seconds_count"} <= names
+
+
 def test_batches_and_their_lines_are_counted(account, client):
     at = timezone.now()
     batch = batch_make(account, jsonl(3), at=at)
@@ -183,6 +224,12 @@ def test_the_grafana_dashboard_uses_only_figures_the_service_serves(client):
     }
     served |= {
         m._name.removesuffix("_total")
-        for m in (metrics.RATE_LIMITED, metrics.JOB_QUEUE_WAIT, metrics.JOB_COMPLETION)
+        for m in (
+            metrics.RATE_LIMITED,
+            metrics.JOB_QUEUE_WAIT,
+            metrics.JOB_COMPLETION,
+            metrics.JOB_DEADLINE,
+            metrics.JOB_LATENESS,
+        )
     } | {metrics.TASK_QUEUE_WAIT._name, metrics.TASK_RUNTIME._name}
     assert used and used <= served, used - served

@@ -145,10 +145,13 @@ def test_a_batch_runs_to_completion_and_is_charged_once(api, account):
     assert body["request_counts"] == {"total": 300, "completed": 300, "failed": 0}
     assert Decimal(body["cost"]) == Decimal(body["predicted_cost"])
     assert end <= batch.expires_at
+    # The batch's promise is its window: every line in time, the window met.
+    assert body["deadline"] == {"lines_in_time": 300, "share_in_time": 1.0, "window_met": True}
     out = api.get(f"/api/v1/files/{body['output_file_id']}/content")
     lines = [json.loads(x) for x in b"".join(out.streaming_content).splitlines()]
     assert sorted(x["custom_id"] for x in lines) == sorted(f"r{i}" for i in range(300))
     assert all(x["response"]["status_code"] == 200 and x["error"] is None for x in lines)
+    assert all(x["response"]["body"]["deadline_met"] is True for x in lines)
     assert body["error_file_id"] is None
     # Charged once: the draws sum to the cost, nothing is left held.
     draws = LedgerEntry.objects.filter(kind=LedgerEntry.Kind.DRAW)
