@@ -135,17 +135,27 @@ def total_wait_quantile(
         return 0.0
     if not math.isfinite(conditional_mean):
         return math.inf
-    n, p, m = turns, min(prob_wait, 1.0), conditional_mean
-    p_zero = (1.0 - p) ** n
+    p_zero, shape, scale = wait_gamma(prob_wait, conditional_mean, turns)
     if p_zero >= q:
         return 0.0
     positive = 1.0 - p_zero
+    # P(S > t) = 1 - q  <=>  P(S > t | S > 0) = (1 - q) / positive.
+    return float(gammaincinv(shape, 1.0 - (1.0 - q) / positive)) * scale
+
+
+def wait_gamma(prob_wait: float, conditional_mean: float, turns: int) -> tuple[float, float, float]:
+    """A task's total wait over ``turns`` queue visits as (P(no wait at all), shape,
+    scale): 0 with that probability, otherwise a gamma matched on the first two moments
+    of the sum of the visits' exponential waits (exact for one turn)."""
+    n, p, m = turns, min(prob_wait, 1.0), conditional_mean
+    p_zero = (1.0 - p) ** n
+    positive = 1.0 - p_zero
+    if positive <= 0:
+        return 1.0, 1.0, 0.0
     mean = n * p * m / positive
     second = (n * 2.0 * p * m * m + n * (n - 1) * p * p * m * m) / positive
     var = max(second - mean * mean, 1e-300)
-    shape, scale = mean * mean / var, var / mean
-    # P(S > t) = 1 - q  <=>  P(S > t | S > 0) = (1 - q) / positive.
-    return float(gammaincinv(shape, 1.0 - (1.0 - q) / positive)) * scale
+    return p_zero, mean * mean / var, var / mean
 
 
 def wait_estimate(

@@ -52,3 +52,18 @@ def test_draws_need_uniforms_inside_the_unit_interval(sol):
     )
     with pytest.raises(ValueError):
         completion_draw(pred, 1, 0.0, 0.5)
+
+
+def test_the_promise_is_calibrated_over_random_waits_and_runs():
+    # Draws of wait + run (the worker's inverse transforms) against the promised P90,
+    # over waits from rare to certain and runs from a second to a quarter hour.
+    rng = random.Random(3)
+    for _ in range(12):
+        run, p = rng.uniform(1, 1000), rng.uniform(0.001, 0.99)
+        mean, turns = rng.choice([0.1, 1, 10, 100]) * rng.uniform(0.5, 2), rng.choice([1, 4, 30])
+        pred = simengine.Prediction(
+            "m", "h200", "standard", "reworked", "s", 1.0, 0.1, run, 0.0, 0.0, 1.0,
+            run + 1.0, 0.0, None, 8, 1, 64, 64, 0.5, False, (), p, mean,
+        )  # fmt: skip
+        share = share_within(pred, turns, n=8000, seed=rng.randrange(1 << 30))
+        assert 0.88 < share < 0.92, (run, p, mean, turns, share)

@@ -114,3 +114,37 @@ def test_change_pages_read_credits_to_two_decimals(admin_client, builtin_catalog
     text = page.content.decode()
     assert f"{float(batch.predicted_cost):,.2f}" in text
     assert f'readonly">{batch.predicted_cost:.6f}<' not in text  # (the raw plan JSON may)
+
+
+def test_home_lists_a_tier_that_missed_its_promise_and_links_to_the_late_jobs(
+    admin_client, builtin_catalog, settings
+):
+    # Issue 24: ten jobs finished in the last hour, all claimed so late that they missed
+    # their deadline (SIM_TIME_SCALE large: a simulated quarter hour is a millisecond).
+    from routing.jobs import worker as jobs_worker
+    from routing.models import Job
+    from tests.helpers import ApiClient, job_submit
+
+    settings.SIM_TIME_SCALE = 1e6
+    _, key = account_create(name="late-co", default_credits=Decimal(1000))
+    api = ApiClient(key)
+    for _ in range(10):
+        job_id = job_submit(api, tier="standard", deadline_seconds=600).json()["id"]
+        created = Job.objects.get(pk=job_id).created_at
+        job = jobs_worker.job_run(job_id, at=created + dt.timedelta(seconds=0.001))
+        jobs_worker.job_finish(job_id, at=job.finishes_at)
+    late = attention(timezone.now() + dt.timedelta(seconds=1)).late
+    assert [(r.tier, r.model, r.finished, r.met) for r in late] == [
+        ("standard", "gpt-5.6-sol", 10, 0)
+    ]
+    row = late[0]
+    html = admin_client.get("/admin/").content.decode()
+    link = (
+        f"/admin/routing/job/?deadline_met__exact=0&amp;tier__id__exact={row.tier_id}"
+        f"&amp;model__id__exact={row.model_id}"
+    )
+    assert f'href="{link}"' in html and "met 0 % of deadlines" in html
+    listing = admin_client.get(link.replace("&amp;", "&"))
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert page.count("missed by") == 10 and "promised" in page

@@ -305,3 +305,21 @@ def test_a_repeat_of_a_cancelled_request_gets_the_same_error(api, account, setti
     job_cancel(job=started.job)
     r = chat(api, max_tokens=9, headers={"HTTP_IDEMPOTENCY_KEY": "k"})
     assert error_of(r, 409)["code"] == "job_cancelled" and Job.objects.count() == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_promise_and_its_outcome_are_response_headers(api, stream):
+    # Issue 24: OpenAI's body has no room for them; the headers are known from the first
+    # byte (the run is drawn when the job is claimed), streamed or not.
+    r = chat(api, max_completion_tokens=40, deadline_seconds=60, stream=stream)
+    assert r.status_code == 200
+    job = Job.objects.get(pk=r["X-Job-Id"])
+    if stream:
+        async_to_sync(collect)(r.streaming_content)
+    job.refresh_from_db()
+    assert float(r["X-Promised-Seconds"]) == pytest.approx(job.promised_seconds, abs=1e-3)
+    total = job.simulated["total_seconds"]
+    assert float(r["X-Completion-Seconds"]) == pytest.approx(total, abs=1e-3)
+    assert r["X-Deadline-Met"] == ("true" if total <= 60 else "false")
+    assert float(r["X-Late-By-Seconds"]) == pytest.approx(max(0.0, total - 60), abs=1e-3)
+    assert job.deadline_met is (total <= 60) and job.status == "succeeded"
