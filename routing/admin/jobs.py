@@ -4,6 +4,7 @@ background load."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.utils.html import format_html
 
 from routing.admin.base import ReadOnlyAdmin, readable_fields, short_id, stacked, when
 from routing.core.formats import credits_text, duration_long
@@ -24,11 +25,10 @@ class JobAdmin(ReadOnlyAdmin):
     list_display = [
         "job_id",
         "account",
-        "status",
+        "status_deadline",
         "model_tier",
         "cost_column",
         "times",
-        "deadline_column",
     ]
     list_filter = ["status", "deadline_met", "tier", "pool", "model"]
     search_fields = ["id", "account__name", "idempotency_key"]
@@ -57,14 +57,22 @@ class JobAdmin(ReadOnlyAdmin):
     def times(self, obj: Job):
         return stacked(when(obj.created_at), when(obj.finishes_at))
 
-    @admin.display(description="deadline", ordering="late_by_seconds")
-    def deadline_column(self, obj: Job):
-        promise = f"promised {duration_long(obj.promised_seconds)}" if obj.promised_seconds else ""
+    @admin.display(description="status", ordering="status")
+    def status_deadline(self, obj: Job):
+        """One column (the list must fit a laptop): the status above, the deadline's
+        outcome below (met, missed by how much, or the deadline while it runs)."""
         if obj.deadline_met is None:
-            return stacked(f"{duration_long(obj.deadline_seconds)}", promise or "-")
-        if obj.deadline_met:
-            return stacked("met", promise)
-        return stacked(f"missed by {duration_long(obj.late_by_seconds)}", promise)
+            outcome = f"deadline {duration_long(obj.deadline_seconds)}"
+        elif obj.deadline_met:
+            outcome = "deadline met"
+        else:
+            outcome = f"missed by {duration_long(obj.late_by_seconds)}"
+        promise = (
+            f"promised P90 {duration_long(obj.promised_seconds)}" if obj.promised_seconds else ""
+        )
+        return stacked(
+            obj.get_status_display(), format_html('<span title="{}">{}</span>', promise, outcome)
+        )
 
     def get_readonly_fields(self, request, obj=None):
         return readable_fields(Job, [f.name for f in Job._meta.fields])

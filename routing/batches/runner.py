@@ -268,7 +268,7 @@ def _lane_start(link: _Link, lane: _Lane, slots: list[dt.datetime], durations) -
         req.started_at, req.finishes_at = t, end
         req.simulated = {
             "queue_seconds": round(
-                (t - link.batch.in_progress_at).total_seconds() * sim_scale(), 3
+                max(0.0, (t - link.batch.in_progress_at).total_seconds()) * sim_scale(), 3
             ),
             "run_seconds": round(seconds, 3),
         }
