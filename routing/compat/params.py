@@ -25,7 +25,7 @@ from typing import Any
 
 from rest_framework.exceptions import UnsupportedMediaType
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 from routing.core import jsonsafe, openai_shapes
 from routing.core.formats import cut
 from routing.core.limits import (
