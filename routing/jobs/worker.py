@@ -44,21 +44,14 @@ def send_finish(job_id, at: dt.datetime) -> None:
     dispatch.send_now(FINISH_TASK, str(job_id), countdown=delay)
 
 
-def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, float]]:
-    """(finishes_at, share) of the jobs holding slots of a pool at `at`."""
-    return list(
-        Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING, finishes_at__gt=at)
-        .order_by("finishes_at")
-        .values_list("finishes_at", "slot_share")
-    )
-
-
 def slot_start(pool_id: int, share: float, at: dt.datetime) -> dt.datetime:
-    """`next_slot` over the pool's running jobs without reading them while there is
-    room: the pool's running share comes from its counters (every running job, those
+    """When a stream of `share` fits the pool (routing.router.timing.next_slot's rule:
+    now if there is room, else when enough running jobs have ended), without reading
+    the pool's running jobs while there is room: the pool's running share comes from its counters (every running job, those
     past their end and not yet finished included, so it is never below the jobs still
     holding slots). Only a full pool walks its running jobs by end (index order, in
-    chunks) until enough of them have ended: the same answer as `next_slot`."""
+    chunks) until enough of them have ended (tests/routing/jobs/test_occupancy.py holds
+    it equal to reading them all)."""
     busy = occupancy.running_share(pool_id)
     if busy + share <= 1.0 + 1e-9:
         return at
@@ -71,21 +64,6 @@ def slot_start(pool_id: int, share: float, at: dt.datetime) -> dt.datetime:
         busy -= s
         if busy + share <= 1.0 + 1e-9:
             return max(ends, at)
-    return at
-
-
-def next_slot(
-    holding: list[tuple[dt.datetime, float]], share: float, at: dt.datetime
-) -> dt.datetime:
-    """When a stream of `share` fits the pool: now if there is room, else when enough
-    of the running jobs (sorted by end) have finished."""
-    busy = sum(s for _, s in holding)
-    if busy + share <= 1.0 + 1e-9:
-        return at
-    for ends, s in holding:
-        busy -= s
-        if busy + share <= 1.0 + 1e-9:
-            return ends
     return at
 
 
