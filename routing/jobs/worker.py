@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -24,8 +25,9 @@ from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.core import dispatch, metrics
 from routing.core.clock import sim_scale, wall
+from routing.core.shared import SharedMemo
 from routing.models import Job
-from routing.router import occupancy, timing
+from routing.router import occupancy, snapshot, timing
 
 logger = logging.getLogger(__name__)
 
@@ -272,16 +274,20 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
         return job
 
 
-_tier_slugs: dict[int, str] = {}
+# Tier slugs for metric labels (a handful of tiers): kept while the catalog's generation
+# holds (a tier renamed in the admin drops them; checked at most once a second).
+TIER_SLUGS = SharedMemo(snapshot.CATALOG, check_seconds=1.0, keep_without_cache=True).register()
 
 
 def tier_slug(tier_id: int) -> str:
-    """A tier's slug for metric labels (a handful of tiers; looked up once a process)."""
-    if tier_id not in _tier_slugs:
-        _tier_slugs[tier_id] = (
-            Tier.objects.filter(pk=tier_id).values_list("slug", flat=True).first() or "?"
-        )
-    return _tier_slugs[tier_id]
+    """A tier's slug for metric labels."""
+    now = time.monotonic()
+    token = TIER_SLUGS.sync(now)
+    slug = TIER_SLUGS.get(tier_id, now)
+    if slug is None:
+        slug = Tier.objects.filter(pk=tier_id).values_list("slug", flat=True).first() or "?"
+        TIER_SLUGS.put(tier_id, slug, now, token)
+    return slug
 
 
 def job_finish_when_due(job_id, *, at: dt.datetime | None = None) -> Job | None:
