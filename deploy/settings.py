@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from routing.core import tasknames
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 
@@ -352,17 +354,17 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Periodic work is declared here; beat's DatabaseScheduler copies it into the
 # django-celery-beat tables at start, where ops can see (and pause) it in the admin.
 CELERY_BEAT_SCHEDULE = {
-    "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
-    "apply-retirements": {"task": "routing.apply_retirements", "schedule": 60.0},
-    "announce-notices": {"task": "routing.announce_notices", "schedule": 60.0},
+    "reset-quota-periods": {"task": tasknames.RESET_QUOTA_PERIODS, "schedule": 60.0},
+    "apply-retirements": {"task": tasknames.APPLY_RETIREMENTS, "schedule": 60.0},
+    "announce-notices": {"task": tasknames.ANNOUNCE_NOTICES, "schedule": 60.0},
     "sweep-batches": {
-        "task": "routing.sweep_batches",
+        "task": tasknames.SWEEP_BATCHES,
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
-    "expire-files": {"task": "routing.expire_files", "schedule": 3600.0},
-    "reconcile-occupancy": {"task": "routing.reconcile_occupancy", "schedule": 60.0},
+    "expire-files": {"task": tasknames.EXPIRE_FILES, "schedule": 3600.0},
+    "reconcile-occupancy": {"task": tasknames.RECONCILE_OCCUPANCY, "schedule": 60.0},
     "sweep-jobs": {
-        "task": "routing.sweep_jobs",
+        "task": tasknames.SWEEP_JOBS,
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
 }
@@ -373,21 +375,21 @@ CELERY_BEAT_SCHEDULE = {
 # worker per queue (README "Queues by kind of work").
 CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
 CELERY_TASK_ROUTES = {
-    "routing.run_job": {"queue": "interactive"},
-    "routing.finish_job": {"queue": "interactive"},
+    tasknames.RUN_JOB: {"queue": "interactive"},
+    tasknames.FINISH_JOB: {"queue": "interactive"},
     "deploy.noop": {"queue": "interactive"},
-    "routing.validate_batch": {"queue": "batch"},
-    "routing.advance_batch": {"queue": "batch"},
-    "routing.finalize_batch": {"queue": "batch"},
-    "routing.start_scheduled_batch": {"queue": "batch"},
-    "routing.sweep_jobs": {"queue": "housekeeping"},
-    "routing.sweep_batches": {"queue": "housekeeping"},
-    "routing.reset_quota_periods": {"queue": "housekeeping"},
-    "routing.apply_retirements": {"queue": "housekeeping"},
-    "routing.announce_notices": {"queue": "housekeeping"},
-    "routing.deliver_notice": {"queue": "housekeeping"},
-    "routing.expire_files": {"queue": "housekeeping"},
-    "routing.reconcile_occupancy": {"queue": "housekeeping"},
+    tasknames.VALIDATE_BATCH: {"queue": "batch"},
+    tasknames.ADVANCE_BATCH: {"queue": "batch"},
+    tasknames.FINALIZE_BATCH: {"queue": "batch"},
+    tasknames.START_SCHEDULED_BATCH: {"queue": "batch"},
+    tasknames.SWEEP_JOBS: {"queue": "housekeeping"},
+    tasknames.SWEEP_BATCHES: {"queue": "housekeeping"},
+    tasknames.RESET_QUOTA_PERIODS: {"queue": "housekeeping"},
+    tasknames.APPLY_RETIREMENTS: {"queue": "housekeeping"},
+    tasknames.ANNOUNCE_NOTICES: {"queue": "housekeeping"},
+    tasknames.DELIVER_NOTICE: {"queue": "housekeeping"},
+    tasknames.EXPIRE_FILES: {"queue": "housekeeping"},
+    tasknames.RECONCILE_OCCUPANCY: {"queue": "housekeeping"},
 }
 CELERY_QUEUES_ALL = "interactive,batch,housekeeping"
 # Accepting a job must not hang on a broker that is down: try briefly, then leave the

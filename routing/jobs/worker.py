@@ -23,7 +23,7 @@ import simengine
 from catalog.engine import predict_on
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
-from routing.core import dispatch, metrics
+from routing.core import dispatch, metrics, tasknames
 from routing.core.clock import sim_scale, wall
 from routing.core.shared import SharedMemo
 from routing.models import Job
@@ -31,7 +31,7 @@ from routing.router import occupancy, snapshot, timing
 
 logger = logging.getLogger(__name__)
 
-FINISH_TASK = "routing.finish_job"
+FINISH_TASK = tasknames.FINISH_JOB
 
 
 def send_finish(job_id, at: dt.datetime) -> None:
