@@ -32,4 +32,3 @@ def send_now(task_name: str, *args, countdown: float = 0.0, retry: bool | None =
     except Exception as exc:  # kombu/redis raise many kinds when the broker is away
         logger.warning("%s%s not sent (%s); a sweep will send it", task_name, list(args), exc)
         return False
-
