@@ -115,6 +115,10 @@ class TimingsSerializer(serializers.Serializer):
 
 
 class PredictionSerializer(TimingsSerializer):
+    load = serializers.FloatField(
+        required=False,
+        help_text="The pool's utilisation (0 to 1) the prediction was made at.",
+    )
     wafers = serializers.IntegerField(allow_null=True)
     stream_capacity = serializers.IntegerField(help_text="Concurrent streams of the pool.")
     saturated = serializers.BooleanField()
