@@ -374,22 +374,27 @@ CELERY_BEAT_SCHEDULE = {
 # `make run` starts one worker for all of them (CELERY_QUEUES_ALL); production runs a
 # worker per queue (README "Queues by kind of work").
 CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
+_QUEUE_TASKS = {
+    "interactive": (tasknames.RUN_JOB, tasknames.FINISH_JOB, "deploy.noop"),
+    "batch": (
+        tasknames.VALIDATE_BATCH,
+        tasknames.ADVANCE_BATCH,
+        tasknames.FINALIZE_BATCH,
+        tasknames.START_SCHEDULED_BATCH,
+    ),
+    "housekeeping": (
+        tasknames.SWEEP_JOBS,
+        tasknames.SWEEP_BATCHES,
+        tasknames.RESET_QUOTA_PERIODS,
+        tasknames.APPLY_RETIREMENTS,
+        tasknames.ANNOUNCE_NOTICES,
+        tasknames.DELIVER_NOTICE,
+        tasknames.EXPIRE_FILES,
+        tasknames.RECONCILE_OCCUPANCY,
+    ),
+}
 CELERY_TASK_ROUTES = {
-    tasknames.RUN_JOB: {"queue": "interactive"},
-    tasknames.FINISH_JOB: {"queue": "interactive"},
-    "deploy.noop": {"queue": "interactive"},
-    tasknames.VALIDATE_BATCH: {"queue": "batch"},
-    tasknames.ADVANCE_BATCH: {"queue": "batch"},
-    tasknames.FINALIZE_BATCH: {"queue": "batch"},
-    tasknames.START_SCHEDULED_BATCH: {"queue": "batch"},
-    tasknames.SWEEP_JOBS: {"queue": "housekeeping"},
-    tasknames.SWEEP_BATCHES: {"queue": "housekeeping"},
-    tasknames.RESET_QUOTA_PERIODS: {"queue": "housekeeping"},
-    tasknames.APPLY_RETIREMENTS: {"queue": "housekeeping"},
-    tasknames.ANNOUNCE_NOTICES: {"queue": "housekeeping"},
-    tasknames.DELIVER_NOTICE: {"queue": "housekeeping"},
-    tasknames.EXPIRE_FILES: {"queue": "housekeeping"},
-    tasknames.RECONCILE_OCCUPANCY: {"queue": "housekeeping"},
+    name: {"queue": queue} for queue, names in _QUEUE_TASKS.items() for name in names
 }
 CELERY_QUEUES_ALL = "interactive,batch,housekeeping"
 # Accepting a job must not hang on a broker that is down: try briefly, then leave the
