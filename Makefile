@@ -29,7 +29,8 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## make lint: ruff, the import contracts in pyproject.toml ([tool.importlinter], drawn in
-## docs/architecture.md) and no import cycle inside routing, catalog or simengine.
+## docs/architecture.md) over every top-level package, and no import cycle among or inside
+## them (deploy, routing, catalog, httpedge, simengine), package level and module level.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

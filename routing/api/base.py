@@ -8,8 +8,8 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from catalog import lifecycle
-from deploy.pagination import ListCursorPagination
-from deploy.query import invalid_parameter, query_value
+from httpedge.pagination import ListCursorPagination
+from httpedge.query import invalid_parameter, query_value
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
 from routing.core.formats import echo
 
