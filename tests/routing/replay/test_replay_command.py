@@ -154,7 +154,8 @@ def test_the_throwaway_database_is_gone_after_a_run_or_a_failure(
     assert "| router | " in table and "*floor*" in table
     assert not list(tmp_path.glob("replay-*"))
     if connection.vendor == "postgresql":
-        with django_db_blocker.unblock(), connection.cursor() as cur:
+        # the server's own database: the configured one may not exist here
+        with django_db_blocker.unblock(), connection._nodb_cursor() as cur:
             cur.execute(
                 "SELECT datname FROM pg_database WHERE datname LIKE %s",
                 [f"replay_{os.getpid()}_%"],
