@@ -62,7 +62,11 @@ def throwaway_database(alias: str = "default") -> Iterator[str]:
     finally:
         try:
             if created:
-                conn.creation.destroy_test_db(old_name, verbosity=0, keepdb=False)
+                try:
+                    conn.creation.destroy_test_db(old_name, verbosity=0, keepdb=False)
+                except FileNotFoundError:  # SQLite: the file went already; so be it
+                    settings.DATABASES[alias]["NAME"] = old_name
+                    conn.settings_dict["NAME"] = old_name
             else:  # creation failed half-way: whatever exists goes, the name comes back
                 conn.close()
                 settings.DATABASES[alias]["NAME"] = old_name

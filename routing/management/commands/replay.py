@@ -52,17 +52,20 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--rate",
-            help="Arrivals this many times as frequent as the trace's (instead of --load).",
+            help="Arrivals this many times as frequent as the trace's, instead of --load "
+            "(default: 1, the trace's own rate, when --load is not given either).",
         )
         parser.add_argument(
             "--model", default=DEFAULT_MODEL, help="Model slug (default: %(default)s)."
         )
-        parser.add_argument("--limit", type=int, help="Only the first N requests of the trace.")
+        parser.add_argument(
+            "--limit", type=int, help="Only the first N requests of the trace (default: all)."
+        )
         parser.add_argument("--seed", type=int, default=1, help="Seed (default: %(default)s).")
         parser.add_argument(
             "--slack",
             help="Every deadline this many times the unloaded Standard time, instead of the "
-            "mix " + ", ".join(f"{v:g} ({w:.0%})" for v, w in SLACK_MIX) + ".",
+            "mix (default): " + ", ".join(f"{v:g} (share {w:g})" for v, w in SLACK_MIX) + ".",
         )
         parser.add_argument(
             "--policies",
@@ -73,7 +76,9 @@ class Command(BaseCommand):
             default=str(DEFAULT_POOL_SCALE),
             help="The pools' nodes times this, at least one replica (default: 1/64).",
         )
-        parser.add_argument("--plot", help="Write a PNG: attainment and cost against load.")
+        parser.add_argument(
+            "--plot", help="Write a PNG: attainment and cost against load (default: none)."
+        )
         parser.add_argument(
             "--json",
             action="store_true",
