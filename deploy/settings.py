@@ -63,6 +63,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # x-request-id and openai-processing-ms on every response; the id in every log line.
+    "deploy.requestid.request_id",
     "django.middleware.security.SecurityMiddleware",
     # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
     "deploy.debugpage.debug_page_local_only",
@@ -463,8 +465,17 @@ AXES_VERBOSE = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"}
+    },
+    "filters": {"request_id": {"()": "deploy.requestid.RequestIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -36,7 +36,8 @@ from django.db import connection
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.exceptions import NotAuthenticated
+from rest_framework.exceptions import NotAuthenticated, Throttled
+from rest_framework.settings import api_settings
 
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount
 from routing.agents.answer import Answer
@@ -83,10 +84,18 @@ def _db(fn: Callable) -> Callable:
 
 
 def _account(request):
+    """The key's account, after the API's throttles (every request's and the writes'
+    rate, as on the DRF views; issue 26: these plain views were not throttled, so their
+    x-ratelimit-* headers showed a count they never took)."""
     auth = BearerKeyAuthentication()
     found = auth.authenticate(request)
     if found is None:
         raise NotAuthenticated(HasAccount.message)
+    request.user = found[0]  # what the throttles read (request.user.account)
+    for throttle_class in api_settings.DEFAULT_THROTTLE_CLASSES:
+        throttle = throttle_class()
+        if not throttle.allow_request(request, None):
+            raise Throttled(wait=throttle.wait())
     return found[0].account
 
 

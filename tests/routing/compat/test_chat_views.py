@@ -220,7 +220,6 @@ def test_a_responses_stream_has_the_event_types(api):
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == events[-1]["response"]["output"][0]["content"][0]["text"]
-    assert events[-1]["response"]["usage"]["output_tokens"] == 20
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
