@@ -40,7 +40,9 @@ def plan(req: Interactive, h: honour.Honoured, after_tool: bool, job_id: uuid.UU
         limit=req.output_tokens,
         limit_sent=req.limit_sent,
         seed=seed,
-        text_seed=seed if h.deterministic else job_id.int,
+        # the text by the request's words and seed only: a stop or a limit cuts the
+        # same text, as a model's sampled tokens do not depend on when it is stopped
+        text_seed=request_seed(req.model, req.prompt, h.seed) if h.deterministic else job_id.int,
         tools=h.tools,
         tool_choice=h.tool_choice,
         parallel=h.parallel and (h.max_tool_calls or 2) > 1,
