@@ -64,9 +64,9 @@ def stored_answer(answer: Answer, endpoint: str, h: honour.Honoured, echo: dict)
     its object echoes."""
     out = answer.stored()
     out["endpoint"] = endpoint
+    out["echo"] = echo
     if endpoint == "responses":
         out["store"] = h.store
-        out["echo"] = echo
     return out
 
 

@@ -117,7 +117,7 @@ def _begin(request, endpoint: str):
         job_id = uuid.uuid4()
         answer = answering.plan(req, h, openai_shapes.ends_with_tool_result(said), job_id)
         req.answer = h.fingerprint()
-        echo = answering.response_echo(body, h) if endpoint == RESPONSES else {}
+        echo = answering.response_echo(body, h) if endpoint == RESPONSES else dict(h.echo)
         with domain_problems(request, model=req.model):
             started = interactive_start(
                 account=account,
@@ -309,6 +309,7 @@ def _chat_body(req: params.Interactive, job: Job) -> dict:
         tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=req.metadata or None,
+        **(job.answer or {}).get("echo", {}),  # user, safety_identifier, prompt_cache_key
     )
 
 
