@@ -318,9 +318,7 @@ def test_langchain_with_structured_output(live, method):
     if method == "json_mode":
         # json_mode sends no schema (OpenAI's json_object): the model returns some JSON
         # object, which LangChain then reads into the class; use include_raw to see it.
-        llm = chat_model(live).with_structured_output(
-            schema, method=method, include_raw=True
-        )
+        llm = chat_model(live).with_structured_output(schema, method=method, include_raw=True)
         out = llm.invoke([HumanMessage("Answer in JSON.")])
         assert isinstance(json.loads(out["raw"].content), dict)
         return

@@ -169,7 +169,9 @@ def test_a_stream_ends_with_usage_then_done(api):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert len(text.split(" ")) == 30
-    assert chunks[-2]["choices"][0]["finish_reason"] == "length"  # the answer filled max_tokens (OpenAI says length)
+    assert (
+        chunks[-2]["choices"][0]["finish_reason"] == "length"
+    )  # the answer filled max_tokens (OpenAI says length)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 30
     assert Job.objects.get().status == "succeeded"
 
@@ -212,7 +214,8 @@ def test_a_responses_stream_has_the_event_types(api):
         "response.incomplete",  # it filled max_output_tokens
     ]
     r = api.post_json(
-        "/v1/responses", {"model": "sol", "input": "Hi", "stream": True, "text": {"verbosity": "low"}}
+        "/v1/responses",
+        {"model": "sol", "input": "Hi", "stream": True, "text": {"verbosity": "low"}},
     )
     events = [json.loads(d) for d in sse(r)]
     assert events[-1]["type"] == "response.completed"  # its natural length (256 words)

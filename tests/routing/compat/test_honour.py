@@ -82,7 +82,9 @@ def calls_of(endpoint, body) -> list[tuple[str, dict]]:
         calls = body["choices"][0]["message"].get("tool_calls") or []
         return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
     return [
-        (i["name"], json.loads(i["arguments"])) for i in body["output"] if i["type"] == "function_call"
+        (i["name"], json.loads(i["arguments"]))
+        for i in body["output"]
+        if i["type"] == "function_call"
     ]
 
 
@@ -256,7 +258,14 @@ def probe_parallel_tool_calls(api, e):
         body = ok(send(api, e, tools=_tools(e, 4), tool_choice="required", **said))
         counts.add(len(calls_of(e, body)))
         body = ok(
-            send(api, e, tools=_tools(e, 4), tool_choice="required", parallel_tool_calls=False, **said)
+            send(
+                api,
+                e,
+                tools=_tools(e, 4),
+                tool_choice="required",
+                parallel_tool_calls=False,
+                **said,
+            )
         )
         assert len(calls_of(e, body)) == 1
     assert counts == {1, 2}  # parallel allows two
@@ -521,7 +530,7 @@ def test_a_stream_of_tool_calls_gives_the_same_calls(api):
                 entry["name"] = d["function"]["name"]
             entry["arguments"] += d["function"]["arguments"]
     want = whole["choices"][0]["message"]["tool_calls"]
-    assert [
-        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in want
-    ] == [(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in want] == [
+        (c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())
+    ]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
