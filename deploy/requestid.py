@@ -39,17 +39,20 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
-def _begin(request) -> tuple[str, float, contextvars.Token]:
+def _begin(request) -> tuple[str, float]:
     sent = request.headers.get("X-Request-Id", "")
     rid = sent if _TOKEN.fullmatch(sent) else f"req_{uuid.uuid4().hex}"
     request.request_id = rid
-    return rid, time.perf_counter(), _current.set(rid)
+    # Not reset when the response leaves this middleware: Django logs a 4xx/5xx
+    # (django.request) after the middleware chain, and that line belongs to this
+    # request too. The next request sets its own (under ASGI each has its own context).
+    _current.set(rid)
+    return rid, time.perf_counter()
 
 
-def _end(response, rid: str, started: float, token: contextvars.Token):
+def _end(response, rid: str, started: float):
     response["x-request-id"] = rid
     response["openai-processing-ms"] = str(max(0, round((time.perf_counter() - started) * 1000)))
-    _current.reset(token)
     return response
 
 
@@ -58,13 +61,13 @@ def request_id(get_response):
     if iscoroutinefunction(get_response):
 
         async def amiddleware(request):
-            rid, started, token = _begin(request)
-            return _end(await get_response(request), rid, started, token)
+            rid, started = _begin(request)
+            return _end(await get_response(request), rid, started)
 
         return amiddleware
 
     def middleware(request):
-        rid, started, token = _begin(request)
-        return _end(get_response(request), rid, started, token)
+        rid, started = _begin(request)
+        return _end(get_response(request), rid, started)
 
     return middleware

@@ -288,7 +288,16 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Model lifecycle and routing service",
     "DESCRIPTION": (
         "Model versions and their retirements, service tiers and prices, quota and the "
-        "deadline router. Errors are RFC 9457 problem details."
+        "deadline router. Errors are RFC 9457 problem details.\n\n"
+        "**API keys**: every call but the model catalog needs `Authorization: Bearer "
+        "<key>`. A key comes with an account: `python manage.py create_account NAME` "
+        "prints one (`make run` prints a demo key), or an admin creates one under "
+        "*Accounts* in /admin/.\n\n"
+        "**OpenAI-compatible surface**: `/v1/` (not listed here: it is OpenAI's API) "
+        "takes the official `openai` SDK, LangChain and LiteLLM unchanged: "
+        '`OpenAI(base_url="http://HOST/v1", api_key=KEY)`; chat completions and '
+        "responses (streaming, tool calls, structured outputs), models, files and "
+        "batches. Every parameter it honours or refuses is in the README's table."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
