@@ -92,7 +92,7 @@ def test_each_tier(live, tier, served):
     assert c.usage.completion_tokens == 20 and c.usage.prompt_tokens == 11
     assert c.usage.total_tokens == 31
     assert len(c.choices[0].message.content.split(" ")) == 20
-    assert c.choices[0].finish_reason == "stop"
+    assert c.choices[0].finish_reason == "length"  # it filled max_completion_tokens
 
 
 def test_auto_with_a_deadline_picks_the_cheapest_tier_that_meets_it(live):
@@ -186,7 +186,9 @@ def test_responses_with_and_without_stream(live):
     r = live.client.responses.create(
         model="sol", input="Say hello", max_output_tokens=15, service_tier="priority"
     )
-    assert r.status == "completed" and r.service_tier == "priority"
+    # It filled max_output_tokens: incomplete, as OpenAI says it.
+    assert r.status == "incomplete" and r.service_tier == "priority"
+    assert r.incomplete_details.reason == "max_output_tokens"
     assert len(r.output_text.split(" ")) == 15 and r.usage.output_tokens == 15
     events = list(
         live.client.responses.create(
@@ -197,7 +199,7 @@ def test_responses_with_and_without_stream(live):
         )
     )
     kinds = [e.type for e in events]
-    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == events[-1].response.output_text and len(deltas.split(" ")) == 40
 
