@@ -16,7 +16,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.realparts import free_port, owned_tempdir, project_env, run_manage, start_web
+from tests.routing.compat.livesdk import live_site
 
 pytestmark = pytest.mark.realparts
 SCALE = 2000  # simulated seconds per wall second: answers in a blink
@@ -67,30 +67,11 @@ TIME = {
 
 @pytest.fixture(scope="module")
 def live():
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{var}/db.sqlite3",
-        "filesystem://localhost//",
-        var_dir=var,
-        SIM_TIME_SCALE=SCALE,
-        API_THROTTLE_RATE="100000/s",
-        API_THROTTLE_WRITE_RATE="100000/s",
-    )
-    run_manage(env, "migrate", "--noinput")
-    run_manage(env, "loadcatalog")
-    key = json.loads(run_manage(env, "create_account", "agents", "--json", "--credits", "1000"))[
-        "api_key"
-    ]
-    port = free_port()
-    web = start_web(env, port, workers=1)
-    try:
-        web.wait_ready(60)
-        base = f"http://127.0.0.1:{port}/v1"
-        client = openai.OpenAI(base_url=base, api_key=key, max_retries=0)
-        yield SimpleNamespace(base=base, key=key, client=client)
+    with live_site("agents", SCALE, API_THROTTLE_WRITE_RATE="100000/s") as site:
+        base = f"{site.base}/v1"
+        client = openai.OpenAI(base_url=base, api_key=site.key, max_retries=0)
+        yield SimpleNamespace(base=base, key=site.key, client=client)
         client.close()
-    finally:
-        web.kill()
 
 
 def valid(schema: dict, value) -> None:

@@ -16,14 +16,8 @@ from types import SimpleNamespace
 import openai
 import pytest
 
-from tests.realparts import (
-    free_port,
-    owned_tempdir,
-    project_env,
-    run_manage,
-    start_web,
-    wait_until,
-)
+from tests.realparts import run_manage, wait_until
+from tests.routing.compat.livesdk import live_site
 
 pytestmark = pytest.mark.realparts
 SCALE = 10  # simulated seconds per wall second
@@ -32,33 +26,15 @@ MESSAGES = [{"role": "user", "content": "Write the release note for the retry fi
 
 @pytest.fixture(scope="module")
 def live():
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{var}/db.sqlite3",
-        "filesystem://localhost//",
-        var_dir=var,
-        SIM_TIME_SCALE=SCALE,
-        API_THROTTLE_RATE="100000/s",
-    )
-    run_manage(env, "migrate", "--noinput")
-    run_manage(env, "loadcatalog")
-    key = json.loads(run_manage(env, "create_account", "sdk", "--json", "--credits", "1000"))[
-        "api_key"
-    ]
-    port = free_port()
-    web = start_web(env, port, workers=1)
-    try:
-        web.wait_ready(60)
-        base = f"http://127.0.0.1:{port}"
+    with live_site("sdk", SCALE) as site:
+        base, key = site.base, site.key
         yield SimpleNamespace(
             base=base,
             key=key,
-            env=env,
+            env=site.env,
             client=openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
             aclient=lambda: openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
         )
-    finally:
-        web.kill()
 
 
 def native(live, path: str) -> dict:
