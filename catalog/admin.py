@@ -54,7 +54,7 @@ def status_sentence(model: ModelVersion) -> str:
     today = lifecycle.utc_today()
     parts = []
     if status == lifecycle.RETIRED:
-        parts.append(f"retired since {model.retires_on:%Y-%m-%d}")
+        parts.append(f"since {model.retires_on:%Y-%m-%d}")  # after the badge: "retired"
     elif model.retires_on:
         days = (model.retires_on - today).days
         announced = model.retirement_announced_on
@@ -65,10 +65,25 @@ def status_sentence(model: ModelVersion) -> str:
         parts.append(f"released on {model.released_on:%Y-%m-%d}")
     elif status == lifecycle.PREVIEW and model.generally_available_on:
         parts.append(f"generally available from {model.generally_available_on:%Y-%m-%d}")
-    if model.successor_id:
-        tier = f" on {model.successor_tier.slug}" if model.successor_tier_id else ""
-        parts.append(f"successor {model.successor.slug}{tier}")
+    final = final_successor(model)
+    if final is not None:
+        model_, tier, via = final
+        parts.append(f"successor {model_.slug}{f' on {tier.slug}' if tier else ''}{via}")
     return ", ".join(parts)
+
+
+def final_successor(model: ModelVersion):
+    """(the model to use in its place, the recommended tier, " (via ...)" text) for a
+    model with a successor: the end of the chain when the successor is itself retired or
+    deprecated (gpt-5.2 -> gpt-5.4 -> gpt-5.6-sol), as the router resolves it. None
+    without a successor."""
+    if not model.successor_id:
+        return None
+    res = lifecycle.resolve_successor(model)
+    if res.model.pk == model.pk:  # still serving: its named successor
+        return model.successor, model.successor_tier, ""
+    steps = [m.slug for m in res.chain[1:-1]]
+    return res.model, res.tier, f" (via {', '.join(steps)})" if steps else ""
 
 
 def actor_for(request) -> str:
@@ -263,12 +278,18 @@ class ModelVersionAdmin(admin.ModelAdmin):
 
     @admin.display(description="successor", ordering="successor__slug")
     def successor_column(self, obj: ModelVersion):
-        if obj.successor is None:
+        """The final successor (a retired successor's own successor, and so on)."""
+        final = final_successor(obj)
+        if final is None:
             return "-"
-        if obj.successor_tier is None:
-            return obj.successor.slug
+        model, tier, via = final
+        if tier is None and not via:
+            return model.slug
         return format_html(
-            '{}<br><span class="quiet">on {}</span>', obj.successor.slug, obj.successor_tier.slug
+            '{}<br><span class="quiet">{}{}</span>',
+            model.slug,
+            f"on {tier.slug}" if tier else "",
+            via,
         )
 
     @admin.display(description="impact")

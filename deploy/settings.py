@@ -65,6 +65,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # x-request-id and openai-processing-ms on every response; the id in every log line.
+    "httpedge.requestid.request_id",
     "django.middleware.security.SecurityMiddleware",
     # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
     "httpedge.debugpage.debug_page_local_only",
@@ -288,7 +290,16 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Model lifecycle and routing service",
     "DESCRIPTION": (
         "Model versions and their retirements, service tiers and prices, quota and the "
-        "deadline router. Errors are RFC 9457 problem details."
+        "deadline router. Errors are RFC 9457 problem details.\n\n"
+        "**API keys**: every call but the model catalog needs `Authorization: Bearer "
+        "<key>`. A key comes with an account: `python manage.py create_account NAME` "
+        "prints one (`make run` prints a demo key), or an admin creates one under "
+        "*Accounts* in /admin/.\n\n"
+        "**OpenAI-compatible surface**: `/v1/` (not listed here: it is OpenAI's API) "
+        "takes the official `openai` SDK, LangChain and LiteLLM unchanged: "
+        '`OpenAI(base_url="http://HOST/v1", api_key=KEY)`; chat completions and '
+        "responses (streaming, tool calls, structured outputs), models, files and "
+        "batches. Every parameter it honours or refuses is in the README's table."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -470,8 +481,17 @@ AXES_VERBOSE = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"}
+    },
+    "filters": {"request_id": {"()": "httpedge.requestid.RequestIdFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

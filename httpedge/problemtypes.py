@@ -225,10 +225,26 @@ def problem_type_view(request, slug: str):
         index="/problems/",
         status=p.status,
         slug=slug,
-        meaning=p.meaning,
-        action=p.action,
+        meaning=code_spans(p.meaning),
+        action=code_spans(p.action),
     )
     return HttpResponse(html, content_type="text/html; charset=utf-8")
+
+
+def code_spans(text: str):
+    """The text, escaped, its Markdown `code` spans as <code> (the JSON keeps them as
+    written): the HTML page shows `Retry-After` as code, not with its backticks."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: the text as it is
+        return text
+    return format_html_join(
+        "",
+        "{}",
+        (
+            (format_html("<code>{}</code>", part) if i % 2 else part,)
+            for i, part in enumerate(parts)
+        ),
+    )
 
 
 @require_safe

@@ -23,8 +23,10 @@ from routing.retirement.notices import notices_resend
 def _status_text(model: ModelVersion) -> str:
     """'retired since 2026-09-18, successor ...', 'deprecated: retires on ...'."""
     status, sentence = lifecycle.model_status(model), status_sentence(model)
-    if status == lifecycle.RETIRED or not sentence:
-        return sentence or status
+    if not sentence:
+        return status
+    if status == lifecycle.RETIRED:
+        return f"{status} {sentence}"  # the sentence starts "since ..."
     return f"{status}: {sentence}"
 
 

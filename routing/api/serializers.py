@@ -476,7 +476,7 @@ class BatchSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     object = serializers.CharField(default="batch")
     endpoint = serializers.CharField()
-    input_file_id = serializers.CharField()
+    input_file_id = serializers.CharField(allow_null=True, help_text="null once deleted")
     completion_window = serializers.CharField()
     window_seconds = serializers.FloatField()
     status = serializers.ChoiceField(

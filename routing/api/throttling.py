@@ -82,9 +82,9 @@ class RateThrottle(BaseThrottle):
         # counted, so the accepted ones are exactly the limit per window.
         taken = ratelimit.take([(counter, 1)], at)
         self.wait_seconds = taken.retry_after or max(1, math.ceil(counter.reset_seconds(at)))
-        if self.scope == "account":
-            used = taken.counts[0] if taken.counts else 0
-            remember_requests(request, counter, used, at)
+        used = taken.counts[0] if taken.counts else 0
+        if self.scope in ("account", "write"):
+            remember_requests(request, counter, used, at, self.scope)
         if not taken.ok:
             # account, write, or anon for a request without a key
             metrics.RATE_LIMITED.labels(scope=self.caller(request)[0]).inc()
@@ -196,12 +196,20 @@ def reset_text(seconds: float) -> str:
     return f"{secs}s"
 
 
-def remember_requests(request, counter: Counter, used: int, at: float) -> None:
-    """What the request throttle counted, for the headers of the response."""
+def remember_requests(
+    request, counter: Counter, used: int, at: float, scope: str = "account"
+) -> None:
+    """What a request throttle counted, for the headers of the response. A write counts
+    against two limits (every request's and the writes'): the headers show the one that
+    binds first, the fewer remaining (issue 26: a client pacing writes by the headers
+    must see the write limit, not the larger request limit)."""
     django_request = getattr(request, "_request", request)
-    django_request.ratelimit_requests = ratelimits.Standing(
+    standing = ratelimits.Standing(
         counter.limit, max(0, counter.limit - used), counter.reset_seconds(at)
     )
+    shown = getattr(django_request, "ratelimit_requests", None)
+    if shown is None or (standing.remaining, standing.limit) < (shown.remaining, shown.limit):
+        django_request.ratelimit_requests = standing
     django_request.ratelimit_account = getattr(request.user, "account", None)
 
 

@@ -64,6 +64,12 @@ def batch_retry_failed(*, batch: Batch, at: dt.datetime | None = None) -> Batch:
         # Ended before its file was read (cancelled while validating, a broken file):
         # the retry is the whole input again.
         input_file_id = batch.input_file_id
+        if input_file_id is None:
+            raise BatchError(
+                f"Batch {batch.pk} ended before its file was read, and its input file "
+                "has been deleted since: nothing to retry from.",
+                code="nothing-to-retry",
+            )
     else:
         rows = batch.requests.exclude(status=BatchRequest.Status.COMPLETED).order_by("line")
         if not rows.exists():

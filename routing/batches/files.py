@@ -177,9 +177,10 @@ def _store(
 def file_delete(f: File) -> None:
     """Delete one of the account's files, row and stored content. Refused
     (FileRejected, code `file-in-use`) while it is the input of a batch that has not
-    ended or of a schedule, and while an ended batch's record keeps it as its input; a
-    batch's output or error file may go (the batch then shows no file). The content is
-    removed once the row's deletion is committed (a rollback keeps both)."""
+    ended or of a schedule; a batch's output or error file may go (the batch then shows no file), and so may the
+    input of batches that have all ended (their `input_file_id` becomes null, as OpenAI
+    allows; issue 26). The content is removed once the row's deletion is committed (a
+    rollback keeps both)."""
     with transaction.atomic():
         row = File.objects.select_for_update().filter(pk=f.pk).first()
         if row is None:
@@ -194,11 +195,6 @@ def file_delete(f: File) -> None:
         if schedule := row.schedules.values_list("name", flat=True).first():
             raise FileRejected(
                 f"The file is the input of the schedule {schedule!r}.", code="file-in-use"
-            )
-        if ended := row.batches.values_list("pk", flat=True).first():
-            raise FileRejected(
-                f"The file is the input of batch {ended}, whose record keeps it.",
-                code="file-in-use",
             )
         name, storage = row.content.name, row.content.storage
         row.delete()

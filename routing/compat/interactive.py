@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable
 
 from asgiref.sync import sync_to_async
@@ -38,11 +39,12 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import NotAuthenticated
 
 from routing.accounts.auth import HasAccount, request_principal
+from routing.agents.answer import Answer
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
 from routing.api.jobs import idempotency_key_of
 from routing.api.throttling import check_throttles
-from routing.compat import params
+from routing.compat import answering, honour, params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
 from routing.core.formats import cut
@@ -54,7 +56,7 @@ from routing.jobs.interactive import (
     interactive_start,
     stream_deliver,
 )
-from routing.jobs.output import synthetic_output
+from routing.jobs.output import planned_answer, synthetic_output
 from routing.models import Job
 from routing.router import timing
 
@@ -101,6 +103,15 @@ def _begin(request, endpoint: str):
         body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
         req = read(body, request.headers)
+        word = "chat" if endpoint == CHAT else "responses"
+        h = honour.read(body, word)
+        if endpoint == RESPONSES:
+            answering.with_previous(account, req, h)
+        said = body.get("messages") if endpoint == CHAT else body.get("input")
+        job_id = uuid.uuid4()
+        answer = answering.plan(req, h, openai_shapes.ends_with_tool_result(said), job_id)
+        req.answer = h.fingerprint()
+        echo = answering.response_echo(body, h) if endpoint == RESPONSES else dict(h.echo)
         with domain_problems(request, model=req.model):
             started = interactive_start(
                 account=account,
@@ -110,6 +121,8 @@ def _begin(request, endpoint: str):
                 payload=req.payload(endpoint),
                 stream=req.stream,
                 idempotency_key=key,
+                job_id=job_id,
+                answer=answering.stored_answer(answer, word, h, echo),
             )
         if started.replayed:
             headers = {"Idempotent-Replayed": "true"}
@@ -141,8 +154,49 @@ def deadline_headers(job: Job) -> dict[str, str]:
     return out
 
 
-def _words(job: Job) -> list[str]:
-    return synthetic_output(job).split(" ") if job.output_tokens else []
+def _answer(job: Job) -> Answer:
+    """The job's planned answer (a job from before answers were planned: its filler)."""
+    planned = planned_answer(job)
+    if planned is None:
+        return Answer("text", job.output_tokens, "stop", seed=job.pk.int)
+    return planned
+
+
+def _pieces(job: Job) -> list[tuple[int | None, str]]:
+    """The answer token by token: (tool call index or None, text)."""
+    return _answer(job).pieces(job.pk.int) if job.output_tokens else []
+
+
+def _tool_calls(answer: Answer, upto: dict[int, str] | None = None) -> list[dict]:
+    """Chat's `tool_calls` (`upto`: the arguments delivered so far, by call)."""
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {
+                "name": c.name,
+                "arguments": c.arguments if upto is None else upto.get(i, ""),
+            },
+        }
+        for i, c in enumerate(answer.calls)
+        if upto is None or i in upto
+    ]
+
+
+def _function_items(answer: Answer, status: str, upto: dict[int, str] | None = None) -> list:
+    """Responses' `function_call` output items."""
+    return [
+        {
+            "type": "function_call",
+            "id": "fc_" + c.id.removeprefix("call_"),
+            "call_id": c.id,
+            "name": c.name,
+            "arguments": c.arguments if upto is None else upto.get(i, ""),
+            "status": status,
+        }
+        for i, c in enumerate(answer.calls)
+        if upto is None or i in upto
+    ]
 
 
 def _ids(job: Job) -> tuple[str, int]:
@@ -234,47 +288,83 @@ async def _sleep_until(at) -> None:
 
 def _chat_body(req: params.Interactive, job: Job) -> dict:
     cid, created = _ids(job)
+    answer = _answer(job)
+    calls = answer.kind == "tool_calls"
     return openai_shapes.chat_completion(
         id=f"chatcmpl-{cid}",
         created=created,
         model=job.model.slug,
         service_tier=service_tier_word(job.tier.slug),
-        text=synthetic_output(job),
+        text="" if calls else synthetic_output(job),
+        tool_calls=_tool_calls(answer) if calls else None,
+        finish_reason=answer.finish_reason,
         prompt_tokens=job.input_tokens,
         completion_tokens=job.output_tokens,
         tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=req.metadata or None,
+        **(job.answer or {}).get("echo", {}),  # user, safety_identifier, prompt_cache_key
     )
 
 
 def _response_body(
-    req: params.Interactive, job: Job, status: str = "completed", delivered: int | None = None
+    req: params.Interactive | None,
+    job: Job,
+    status: str = "completed",
+    delivered: int | None = None,
 ) -> dict:
-    """A response object: completed (the whole answer), in_progress (nothing yet), or
-    ended early (incomplete or failed) with the `delivered` tokens its stream sent."""
+    """A response object: completed (the whole answer; `incomplete` when it hit
+    max_output_tokens), in_progress (nothing yet), or ended early (incomplete or
+    failed) with the `delivered` tokens its stream sent. `req` None: a stored response
+    read back (GET /v1/responses/{id})."""
     rid, created = _ids(job)
+    answer = _answer(job)
     done = status == "completed"
+    upto = None
     if done:
         text, inp, out = synthetic_output(job), job.input_tokens, job.output_tokens
+        if answer.finish_reason == "length":
+            status = "incomplete"
     elif delivered:
-        text, inp, out = " ".join(_words(job)[:delivered]), job.input_tokens, delivered
+        pieces = _pieces(job)[:delivered]
+        upto = _joined(pieces)
+        text, inp, out = "".join(upto.get(None, "")), job.input_tokens, delivered
     else:
         text, inp, out = "", job.input_tokens if status == "in_progress" else 0, 0
-    return openai_shapes.response_object(
+        upto = {}
+    stored = job.answer or {}
+    output = None
+    if answer.kind == "tool_calls":
+        item_status = "completed" if status in ("completed", "incomplete") else "in_progress"
+        calls = {i: a for i, a in (upto or {}).items() if i is not None} if upto else upto
+        output = _function_items(answer, item_status, calls)
+    body = openai_shapes.response_object(
         id=f"resp_{rid}",
         created=created,
         model=job.model.slug,
         service_tier=service_tier_word(job.tier.slug),
-        text=text,
+        text=text if isinstance(text, str) else "",
         input_tokens=inp,
         output_tokens=out,
         status=status,
+        output=output,
         tier=job.tier.slug,
         job_id=str(job.pk),
-        metadata=req.metadata or {},
+        metadata=(req.metadata if req else stored.get("metadata")) or {},
         max_output_tokens=job.output_tokens,
     )
+    body.update(stored.get("echo", {}))  # the request's members (`text` is its format)
+    if status == "incomplete" and done:
+        body["incomplete_details"] = {"reason": "max_output_tokens"}
+    return body
+
+
+def _joined(pieces) -> dict:
+    """Pieces joined by channel: {None: content, 0: first call's arguments, ...}."""
+    out: dict = {}
+    for channel, text in pieces:
+        out[channel] = out.get(channel, "") + text
+    return out
 
 
 def _sse(data: dict | str, event: str | None = None) -> bytes:
@@ -283,19 +373,19 @@ def _sse(data: dict | str, event: str | None = None) -> bytes:
     return f"{head}data: {text}\n\n".encode()
 
 
-async def _paced(started: Interactive) -> AsyncIterator[str]:
-    """The answer's text in pieces as the timeline generates it: at most one piece per
-    STREAM_TICK_SECONDS, each holding every token due by then, each recorded on the job
-    as delivered before it is sent (`stream_deliver`). Stops, sending nothing more, as
-    soon as the job no longer runs (cancelled, failed). A replay sends the whole stored
-    answer at once."""
-    words = _words(started.job)
+async def _paced(started: Interactive) -> AsyncIterator[list[tuple[int | None, str]]]:
+    """The answer's tokens in groups as the timeline generates them: at most one group
+    per STREAM_TICK_SECONDS, each holding every token due by then, each recorded on the
+    job as delivered before it is sent (`stream_deliver`). Stops, sending nothing more,
+    as soon as the job no longer runs (cancelled, failed). A replay sends the whole
+    stored answer at once."""
+    pieces = _pieces(started.job)
     if started.replayed:
-        if words:
-            yield " ".join(words)
+        if pieces:
+            yield pieces
         return
     tl = started.timeline
-    sent, n = 0, len(words)
+    sent, n = 0, len(pieces)
     while sent < n:
         now = timezone.now()
         due = min(n, tl.tokens_by(now))
@@ -306,8 +396,7 @@ async def _paced(started: Interactive) -> AsyncIterator[str]:
             continue
         if not await _db(stream_deliver)(started.job.pk, due):
             return  # the job was cancelled or has failed: not one token more
-        piece = " ".join(words[sent:due])
-        yield piece if sent == 0 else " " + piece
+        yield pieces[sent:due]
         sent = due
         if sent < n:
             await asyncio.sleep(STREAM_TICK_SECONDS)
@@ -327,7 +416,11 @@ async def _guarded(started: Interactive, events: AsyncIterator[bytes]) -> AsyncI
 
 
 async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIterator[bytes]:
+    """OpenAI's chunks: the role first, then content deltas; tool calls as OpenAI
+    streams them (a call's first delta has its index, id, type and name with empty
+    arguments, the next ones pieces of its arguments), then the finish_reason."""
     job = started.job
+    answer = _answer(job)
     cid, created = _ids(job)
     common = {
         "id": f"chatcmpl-{cid}",
@@ -335,14 +428,32 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         "model": job.model.slug,
         "service_tier": service_tier_word(job.tier.slug),
     }
-    first = True
-    async for piece in _paced(started):
-        delta = {"role": "assistant", "content": piece} if first else {"content": piece}
+    first, opened = True, set()
+    async for group in _paced(started):
+        delta: dict = {"role": "assistant", "content": None} if first else {}
         first = False
+        content = "".join(t for c, t in group if c is None)
+        if content or answer.kind != "tool_calls":
+            delta["content"] = content
+        calls = []
+        for channel, text in group:
+            if channel is None:
+                continue
+            if channel not in opened:
+                opened.add(channel)
+                c = answer.calls[channel]
+                head = {"name": c.name, "arguments": ""}
+                calls.append({"index": channel, "id": c.id, "type": "function", "function": head})
+            if calls and calls[-1]["index"] == channel:
+                calls[-1]["function"]["arguments"] += text
+            else:
+                calls.append({"index": channel, "function": {"arguments": text}})
+        if calls:
+            delta["tool_calls"] = calls
         yield _sse(openai_shapes.chat_chunk(**common, delta=delta))
     done = await _db(_finish)(job.pk)
     if done.status == Job.Status.SUCCEEDED:
-        reason, inp, out = "stop", done.input_tokens, done.output_tokens
+        reason, inp, out = answer.finish_reason, done.input_tokens, done.output_tokens
     else:  # cancelled or failed while streaming: charged for what was delivered
         out = done.delivered_tokens or 0
         reason, inp = done.status, done.input_tokens if out else 0
@@ -355,6 +466,7 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
 
 async def _response_events(req: params.Interactive, started: Interactive) -> AsyncIterator[bytes]:
     job = started.job
+    answer = _answer(job)
     seq = 0
 
     def event(kind: str, **fields) -> bytes:
@@ -363,12 +475,16 @@ async def _response_events(req: params.Interactive, started: Interactive) -> Asy
         return _sse({"type": kind, "sequence_number": seq - 1, **fields}, event=kind)
 
     pending = _response_body(req, job, status="in_progress")
-    item = pending["output"][0]
-    item_id = item["id"]
     pending.update(output=[], usage=None)
-    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
+    if answer.kind == "tool_calls":
+        async for chunk in _function_call_events(req, started, answer, event):
+            yield chunk
+        return
+    item = _response_body(req, job, status="in_progress")["output"][0]
+    item_id = item["id"]
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
     yield event(
         "response.output_item.added",
         output_index=0,
@@ -376,24 +492,76 @@ async def _response_events(req: params.Interactive, started: Interactive) -> Asy
     )
     empty = {"type": "output_text", "text": "", "annotations": []}
     yield event("response.content_part.added", **where, part=empty)
-    async for piece in _paced(started):
+    async for group in _paced(started):
+        piece = "".join(t for _, t in group)
         yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
-    done = await _db(_finish)(job.pk)
-    if done.status == Job.Status.SUCCEEDED:
-        final, last = _response_body(req, done), "response.completed"
-    elif done.status == Job.Status.CANCELLED:
-        final = _response_body(req, done, "incomplete", done.delivered_tokens)
-        final["incomplete_details"] = {"reason": "cancelled"}
-        last = "response.incomplete"
-    else:
-        final = _response_body(req, done, "failed", done.delivered_tokens)
-        final["error"] = {"code": "job_failed", "message": done.error}
-        final["output"][0]["status"] = "incomplete"
-        last = "response.failed"
+    final, last = await _final_response(req, job)
     text = final["output"][0]["content"][0]["text"]
     yield event("response.output_text.done", **where, text=text, logprobs=[])
     yield event("response.content_part.done", **where, part=final["output"][0]["content"][0])
     yield event("response.output_item.done", output_index=0, item=final["output"][0])
+    yield event(last, response=final)
+
+
+async def _final_response(req, job) -> tuple[dict, str]:
+    """The response when its stream ends, and the last event's type."""
+    done = await _db(_finish)(job.pk)
+    if done.status == Job.Status.SUCCEEDED:
+        final = _response_body(req, done)
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return final, kind
+    if done.status == Job.Status.CANCELLED:
+        final = _response_body(req, done, "incomplete", done.delivered_tokens)
+        final["incomplete_details"] = {"reason": "cancelled"}
+        return final, "response.incomplete"
+    final = _response_body(req, done, "failed", done.delivered_tokens)
+    final["error"] = {"code": "job_failed", "message": done.error}
+    for item in final["output"]:
+        item["status"] = "incomplete"
+    return final, "response.failed"
+
+
+async def _function_call_events(req, started: Interactive, answer: Answer, event):
+    """Function calls as OpenAI streams them: per call, output_item.added (arguments
+    empty), function_call_arguments.delta pieces, function_call_arguments.done and
+    output_item.done."""
+    items = _function_items(answer, "in_progress")
+    args: dict[int, str] = {}
+    current = None
+
+    def close(i: int) -> list[bytes]:
+        item = {**items[i], "arguments": args[i], "status": "completed"}
+        return [
+            event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=i,
+                arguments=args[i],
+            ),
+            event("response.output_item.done", output_index=i, item=item),
+        ]
+
+    async for group in _paced(started):
+        for channel, text in group:
+            if channel != current:
+                if current is not None:
+                    for chunk in close(current):
+                        yield chunk
+                current = channel
+                args[channel] = ""
+                added = {**items[channel], "arguments": ""}
+                yield event("response.output_item.added", output_index=channel, item=added)
+            args[channel] += text
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=items[channel]["id"],
+                output_index=channel,
+                delta=text,
+            )
+    final, last = await _final_response(req, started.job)
+    if current is not None and last != "response.failed":
+        for chunk in close(current):
+            yield chunk
     yield event(last, response=final)
 
 

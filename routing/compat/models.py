@@ -41,11 +41,15 @@ class ModelListView(CompatAPIView, native.ModelListView):
 
 
 class ModelDetailView(CompatAPIView):
+    """A model by its id or by the family alias chat accepts (`sol`: the family's newest
+    serving version), answered with the canonical id, as chat answers `model`."""
+
     permission_classes = [AllowAny]
 
     def get(self, request, model_id: str):
-        model = native.model_or_404(model_id)
         now = timezone.now()
+        found = lifecycle.resolve_model_reference(model_id, now)
+        model = native.model_or_404(found.slug if found is not None else model_id)
         data = ModelDetailSerializer(model, context={"request": request, "now": now}).data
         if isinstance(request.user, KeyPrincipal):
             headers = client_deprecation_headers(model, request, at=now)

@@ -69,6 +69,8 @@ class Interactive:
     include_usage: bool
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    limit_sent: bool = True  # the body set the output limit (else the default)
+    answer: dict | None = None  # what decides the answer (honour.Honoured.fingerprint)
 
     def route_request(self) -> RouteRequest:
         return RouteRequest(
@@ -94,6 +96,7 @@ class Interactive:
             "include_usage": self.include_usage,
             "metadata": self.metadata,
             "user": self.user,
+            "answer": self.answer,
         }
 
 
@@ -230,6 +233,7 @@ def _common(body: dict, headers, shape: openai_shapes.RequestShape) -> Interacti
         include_usage=include_usage,
         metadata=_metadata(body),
         user=user,
+        limit_sent=shape.limit_sent,
     )
 
 

@@ -8,6 +8,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from httpedge.paths import both
 from routing.compat import batches, files, models
+from routing.compat import responses as stored
 from routing.compat.errors import not_found
 from routing.compat.interactive import chat_completions, responses
 
@@ -26,6 +27,7 @@ urlpatterns = [
     ),
     re_path(r"^chat/completions/?$", chat_completions, name="v1-chat-completions"),
     re_path(r"^responses/?$", responses, name="v1-responses"),
+    *both("responses/<str:response_id>", stored.ResponseDetailView.as_view(), name="v1-response"),
     # ... routes go above this line; unknown /v1/ paths: a JSON 404 for every method.
     re_path(r"^.*$", csrf_exempt(not_found)),
 ]

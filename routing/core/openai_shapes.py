@@ -38,6 +38,32 @@ def _content_text(content: Any, where: str) -> str:
     raise ValueError(f"{where}.content must be a string or a list of parts.")
 
 
+def _tool_text(m: dict) -> list[str]:
+    """The text of tool traffic in a conversation, counted as input too: an assistant
+    message's tool calls (chat), a function call or its output (responses items)."""
+    out = []
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        for c in calls:
+            fn = c.get("function") if isinstance(c, dict) else None
+            if isinstance(fn, dict):
+                out.append(str(fn.get("name", "")) + str(fn.get("arguments", "")))
+    if m.get("type") == "function_call":
+        out.append(str(m.get("name", "")) + str(m.get("arguments", "")))
+    if m.get("type") == "function_call_output":
+        out.append(str(m.get("output", "")))
+    return out
+
+
+def ends_with_tool_result(messages: Any) -> bool:
+    """The conversation's last message is a tool's result (chat `role: tool`, responses
+    `function_call_output`): the model answers it (in text, unless told to call)."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return False
+    last = messages[-1]
+    return last.get("role") == "tool" or last.get("type") == "function_call_output"
+
+
 def messages_text(messages: Any, where: str = "messages") -> str:
     """The text of chat messages (ValueError naming `where` when they are malformed or
     over MAX_PROMPT_CHARS characters)."""
@@ -48,6 +74,7 @@ def messages_text(messages: Any, where: str = "messages") -> str:
         if not isinstance(m, dict):
             raise ValueError(f"{where}[] must be objects with a role and content.")
         parts.append(_content_text(m.get("content"), f"{where}[]"))
+        parts.extend(_tool_text(m))
     text = "".join(parts)
     if len(text) > MAX_PROMPT_CHARS:
         raise ValueError(f"{where} may hold at most {MAX_PROMPT_CHARS} characters.")
@@ -86,6 +113,7 @@ class RequestShape:
     prompt: str
     input_tokens: int
     output_tokens: int
+    limit_sent: bool = False  # the client gave the output limit (else the default)
 
 
 def _max_tokens(body: dict, name: str, where: str) -> int | None:
@@ -129,7 +157,7 @@ def request_shape(endpoint: str, body: dict, *, where: str = "") -> RequestShape
             out = _max_tokens(body, "max_tokens", where)
     else:
         raise ValueError(f"{endpoint} is not an OpenAI endpoint with a task shape.")
-    return RequestShape(prompt, tokens_of(prompt), out or DEFAULT_OUTPUT_TOKENS)
+    return RequestShape(prompt, tokens_of(prompt), out or DEFAULT_OUTPUT_TOKENS, out is not None)
 
 
 def usage_chat(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -150,9 +178,15 @@ def chat_completion(
     prompt_tokens: int,
     completion_tokens: int,
     finish_reason: str = "stop",
+    tool_calls: list[dict] | None = None,
     **extra: Any,
 ) -> dict:
-    """A `chat.completion` object (the text is simulated: `simulated: true`)."""
+    """A `chat.completion` object (the text is simulated: `simulated: true`); with
+    `tool_calls` (OpenAI's `{"id", "type": "function", "function": {...}}`) its content
+    is null."""
+    message = {"role": "assistant", "content": None if tool_calls else text, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": id,
         "object": "chat.completion",
@@ -163,7 +197,7 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
@@ -214,17 +248,13 @@ def response_object(
     input_tokens: int,
     output_tokens: int,
     status: str = "completed",
+    output: list[dict] | None = None,
     **extra: Any,
 ) -> dict:
-    """A Responses API `response` object with one assistant output message."""
-    return {
-        "id": id,
-        "object": "response",
-        "created_at": created,
-        "status": status,
-        "model": model,
-        "service_tier": service_tier,
-        "output": [
+    """A Responses API `response` object with one assistant output message (or the
+    `output` items given: function calls)."""
+    if output is None:
+        output = [
             {
                 "type": "message",
                 "id": f"msg_{id.removeprefix('resp_')}",
@@ -232,7 +262,15 @@ def response_object(
                 "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
-        ],
+        ]
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "model": model,
+        "service_tier": service_tier,
+        "output": output,
         "usage": {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,

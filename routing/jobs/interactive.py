@@ -119,13 +119,16 @@ def interactive_start(
     stream: bool = False,
     idempotency_key: str | None = None,
     at: dt.datetime | None = None,
+    job_id=None,
+    answer: dict | None = None,
 ) -> Interactive:
     """Accept an interactive request: quote, job row and reservation, and its slot
     booked, in one transaction (a streamed one starts with 0 tokens delivered). With an
     Idempotency-Key used before with the same request: that request's job, `replayed`
     (the native jobs' rule, routing.jobs.submit). Raises what job_submit raises
     (NoTierChosen, quota.QuotaExhausted, ModelRetired, ModelUnknown, AutoNeedsTask,
-    IdempotencyMismatch, IdempotencyConflict ...)."""
+    IdempotencyMismatch, IdempotencyConflict ...). `job_id`: the new job's id (its answer
+    may be seeded by it); `answer`: the answer planned for it (Job.answer)."""
     at = at or timezone.now()
     with transaction.atomic():
         sub = job_submit(
@@ -136,7 +139,10 @@ def interactive_start(
             idempotency_key=idempotency_key,
             at=at,
             send=False,
+            job_id=job_id,
         )
+        if sub.created and answer is not None:
+            Job.objects.filter(pk=sub.job.pk).update(answer=answer)
         if sub.created:
             claimed = job_claim(sub.job.pk, at=at)
             if stream and claimed is not None and claimed.status == Job.Status.RUNNING:

@@ -8,9 +8,11 @@ without bound)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 
+from routing.agents.answer import Answer
 from routing.core.synthetic import synthetic_text
 from routing.models import Job
 
@@ -60,9 +62,24 @@ def _seed(job: Job):
     return job.pk.int if hasattr(job.pk, "int") else str(job.pk)
 
 
+def planned_answer(job: Job) -> Answer | None:
+    """The answer planned for an interactive job (None: the filler seeded by its id)."""
+    if not job.answer:
+        return None
+    return Answer.from_stored(job.answer, job.output_tokens)
+
+
 def synthetic_output(job: Job) -> str:
-    """A job's simulated answer: `output_tokens` words, seeded by the job id."""
-    return cached_text(_seed(job), job.output_tokens)
+    """A job's simulated answer: `output_tokens` words, seeded by the job id; or the
+    answer planned for it (a JSON document, tool calls as JSON, a text cut by `stop`)."""
+    planned = planned_answer(job)
+    if planned is None:
+        return cached_text(_seed(job), job.output_tokens)
+    if planned.kind == "tool_calls":
+        return json.dumps([c.json() for c in planned.calls], separators=(",", ":"))
+    if planned.kind == "text" and planned.chars is None:
+        return cached_text(planned.seed, job.output_tokens)
+    return planned.text_of(_seed(job))
 
 
 # What GET /api/v1/jobs/{id} shows by default: the first words of the answer (a
@@ -74,6 +91,8 @@ def output_excerpt(job: Job, words: int = EXCERPT_WORDS) -> tuple[str, bool]:
     """The first `words` words of the job's answer and whether that is less than all of
     it. The words are the answer's own first words (the generator is a seeded stream),
     so the full text is never generated for an excerpt."""
-    if job.output_tokens <= words:
+    planned = planned_answer(job)
+    if job.output_tokens <= words or (planned is not None and planned.kind != "text"):
         return synthetic_output(job), False
-    return cached_text(_seed(job), words), True
+    seed = planned.seed if planned is not None else _seed(job)
+    return cached_text(seed, words), True

@@ -114,7 +114,11 @@ class Batch(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="batches")
-    input_file = models.ForeignKey(File, on_delete=models.PROTECT, related_name="batches")
+    # NULL once the file was deleted after the batch ended (OpenAI allows it; the batch's
+    # requests and results keep what it needs). Refused while the batch runs.
+    input_file = models.ForeignKey(
+        File, on_delete=models.SET_NULL, null=True, blank=True, related_name="batches"
+    )
     endpoint = models.CharField(max_length=40, default="/v1/jobs")
     completion_window = models.CharField(max_length=16, default="24h")
     window_seconds = models.FloatField()

@@ -121,6 +121,10 @@ class Job(models.Model):
     # stream has handed to the client, recorded before it sends them and only while the
     # job runs (NULL: not streamed). What an early end charges (routing.jobs.interactive).
     delivered_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # An interactive answer as planned when it was accepted (routing.agents.answer:
+    # text seed and stop cut, a JSON document, or tool calls), and for /v1/responses
+    # whether it is stored and what it echoes. NULL: the filler seeded by the job's id.
+    answer = models.JSONField(null=True, blank=True)
     last_sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     rerouted_from = models.CharField(

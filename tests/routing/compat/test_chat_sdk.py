@@ -16,14 +16,8 @@ from types import SimpleNamespace
 import openai
 import pytest
 
-from tests.realparts import (
-    free_port,
-    owned_tempdir,
-    project_env,
-    run_manage,
-    start_web,
-    wait_until,
-)
+from tests.realparts import run_manage, wait_until
+from tests.routing.compat.livesdk import live_site
 
 pytestmark = pytest.mark.realparts
 SCALE = 10  # simulated seconds per wall second
@@ -32,33 +26,15 @@ MESSAGES = [{"role": "user", "content": "Write the release note for the retry fi
 
 @pytest.fixture(scope="module")
 def live():
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{var}/db.sqlite3",
-        "filesystem://localhost//",
-        var_dir=var,
-        SIM_TIME_SCALE=SCALE,
-        API_THROTTLE_RATE="100000/s",
-    )
-    run_manage(env, "migrate", "--noinput")
-    run_manage(env, "loadcatalog")
-    key = json.loads(run_manage(env, "create_account", "sdk", "--json", "--credits", "1000"))[
-        "api_key"
-    ]
-    port = free_port()
-    web = start_web(env, port, workers=1)
-    try:
-        web.wait_ready(60)
-        base = f"http://127.0.0.1:{port}"
+    with live_site("sdk", SCALE) as site:
+        base, key = site.base, site.key
         yield SimpleNamespace(
             base=base,
             key=key,
-            env=env,
+            env=site.env,
             client=openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
             aclient=lambda: openai.AsyncOpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0),
         )
-    finally:
-        web.kill()
 
 
 def native(live, path: str) -> dict:
@@ -92,7 +68,7 @@ def test_each_tier(live, tier, served):
     assert c.usage.completion_tokens == 20 and c.usage.prompt_tokens == 11
     assert c.usage.total_tokens == 31
     assert len(c.choices[0].message.content.split(" ")) == 20
-    assert c.choices[0].finish_reason == "stop"
+    assert c.choices[0].finish_reason == "length"  # it filled max_completion_tokens
 
 
 def test_auto_with_a_deadline_picks_the_cheapest_tier_that_meets_it(live):
@@ -186,7 +162,9 @@ def test_responses_with_and_without_stream(live):
     r = live.client.responses.create(
         model="sol", input="Say hello", max_output_tokens=15, service_tier="priority"
     )
-    assert r.status == "completed" and r.service_tier == "priority"
+    # It filled max_output_tokens: incomplete, as OpenAI says it.
+    assert r.status == "incomplete" and r.service_tier == "priority"
+    assert r.incomplete_details.reason == "max_output_tokens"
     assert len(r.output_text.split(" ")) == 15 and r.usage.output_tokens == 15
     events = list(
         live.client.responses.create(
@@ -197,7 +175,7 @@ def test_responses_with_and_without_stream(live):
         )
     )
     kinds = [e.type for e in events]
-    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == events[-1].response.output_text and len(deltas.split(" ")) == 40
 

@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from routing.accounts.accounts import account_create
-from routing.compat import params
+from routing.compat import honour, params
 from routing.jobs.cancel import job_cancel
 from routing.jobs.interactive import interactive_start
 from routing.models import Job
@@ -169,7 +169,9 @@ def test_a_stream_ends_with_usage_then_done(api):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert len(text.split(" ")) == 30
-    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert (
+        chunks[-2]["choices"][0]["finish_reason"] == "length"
+    )  # the answer filled max_tokens (OpenAI says length)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 30
     assert Job.objects.get().status == "succeeded"
 
@@ -180,7 +182,10 @@ def test_responses_with_a_string_and_with_messages(api):
         {"model": "sol", "input": "Say hi", "max_output_tokens": 12, "service_tier": "flex"},
     )
     body = r.json()
-    assert r.status_code == 200 and body["object"] == "response" and body["status"] == "completed"
+    assert r.status_code == 200 and body["object"] == "response"
+    # The answer filled max_output_tokens: incomplete, as OpenAI says it.
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["service_tier"] == "flex" and body["usage"]["output_tokens"] == 12
     assert body["usage"]["input_tokens"] == 2  # "Say hi": 6 characters
     assert len(body["output"][0]["content"][0]["text"].split(" ")) == 12
@@ -206,12 +211,18 @@ def test_a_responses_stream_has_the_event_types(api):
         "response.output_text.done",
         "response.content_part.done",
         "response.output_item.done",
-        "response.completed",
+        "response.incomplete",  # it filled max_output_tokens
     ]
+    r = api.post_json(
+        "/v1/responses",
+        {"model": "sol", "input": "Hi", "stream": True, "text": {"verbosity": "low"}},
+    )
+    events = [json.loads(d) for d in sse(r)]
+    assert events[-1]["type"] == "response.completed"  # its natural length (256 words)
+    assert events[-1]["response"]["usage"]["output_tokens"] == 256
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == events[-1]["response"]["output"][0]["content"][0]["text"]
-    assert events[-1]["response"]["usage"]["output_tokens"] == 20
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
@@ -253,7 +264,8 @@ def test_a_body_that_is_not_sent_as_json_is_a_415(api, path, content_type):
     "content_type", ["application/json; charset=utf-8", "Application/JSON", "application/json"]
 )
 def test_json_with_a_charset_or_in_capitals_passes(api, path, content_type):
-    body = json.dumps({"model": "sol", "messages": MESSAGES, "input": "hi"})
+    said = {"messages": MESSAGES} if path.startswith("/v1/chat") else {"input": "hi"}
+    body = json.dumps({"model": "sol", **said})
     r = api.generic("POST", path, body, content_type=content_type)
     assert r.status_code == 200, r.content
 
@@ -297,7 +309,9 @@ def test_a_bad_idempotency_key_is_a_400(api):
 
 def test_a_repeat_of_a_cancelled_request_gets_the_same_error(api, account, settings):
     settings.SIM_TIME_SCALE = 1  # still running when it is cancelled
-    req = params.chat_request({"model": "sol", "messages": MESSAGES, "max_tokens": 9}, {})
+    body = {"model": "sol", "messages": MESSAGES, "max_tokens": 9}
+    req = params.chat_request(body, {})
+    req.answer = honour.read(body, "chat").fingerprint()
     started = interactive_start(
         account=account, model=req.model, request=req.route_request(), prompt=req.prompt,
         payload=req.payload("/v1/chat/completions"), idempotency_key="k",

@@ -1,0 +1,73 @@
+"""Every response's request id and processing time, as OpenAI sends them:
+`x-request-id` (what the SDK shows as `request_id` / `_request_id`) and
+`openai-processing-ms` (milliseconds from the request's arrival to its response's
+headers: for a stream, until the first byte is ready).
+
+The id is `req_` and 32 hex digits, or the caller's own `X-Request-Id` when it is a
+plain token of at most 64 characters (a proxy's id carries through). It is in the log
+lines written while the request is served (`request_id` on every log record, through a
+context variable that follows the request into sync_to_async threads), so a client's
+report names the log lines to read.
+
+Outermost middleware: sync and async, so under ASGI it costs no thread hop."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import time
+import uuid
+
+from asgiref.sync import iscoroutinefunction
+from django.utils.decorators import sync_and_async_middleware
+
+_current: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def current() -> str:
+    """The id of the request being served ('-' outside a request)."""
+    return _current.get()
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` to every log record (the LOGGING formatter prints it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = _current.get()
+        return True
+
+
+def _begin(request) -> tuple[str, float]:
+    sent = request.headers.get("X-Request-Id", "")
+    rid = sent if _TOKEN.fullmatch(sent) else f"req_{uuid.uuid4().hex}"
+    request.request_id = rid
+    # Not reset when the response leaves this middleware: Django logs a 4xx/5xx
+    # (django.request) after the middleware chain, and that line belongs to this
+    # request too. The next request sets its own (under ASGI each has its own context).
+    _current.set(rid)
+    return rid, time.perf_counter()
+
+
+def _end(response, rid: str, started: float):
+    response["x-request-id"] = rid
+    response["openai-processing-ms"] = str(max(0, round((time.perf_counter() - started) * 1000)))
+    return response
+
+
+@sync_and_async_middleware
+def request_id(get_response):
+    if iscoroutinefunction(get_response):
+
+        async def amiddleware(request):
+            rid, started = _begin(request)
+            return _end(await get_response(request), rid, started)
+
+        return amiddleware
+
+    def middleware(request):
+        rid, started = _begin(request)
+        return _end(get_response(request), rid, started)
+
+    return middleware
