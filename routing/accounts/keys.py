@@ -149,7 +149,8 @@ class KeyRejected(Exception):
 # building cost more than the query itself on the quote path).
 _AUTH_SQL = (
     "SELECT k.id, k.name, k.prefix, k.created_at, k.last_used_at, k.revoked_at, "
-    "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute "
+    "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute, "
+    "a.default_tier, a.default_deadline_seconds "
     f"FROM {ApiKey._meta.db_table} k JOIN {Account._meta.db_table} a ON a.id = k.account_id "
     "WHERE k.key_hash = %s"
 )
@@ -186,6 +187,8 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         acreated,
         rpm,
         tpm,
+        default_tier,
+        default_deadline,
     ) = row
     created, last_used, revoked, acreated = map(as_utc, (created, last_used, revoked, acreated))
     if revoked is not None:
@@ -197,6 +200,8 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         created_at=acreated,
         requests_per_minute=rpm,
         tokens_per_minute=tpm,
+        default_tier=default_tier,
+        default_deadline_seconds=default_deadline,
     )
     key = ApiKey(
         id=kid,

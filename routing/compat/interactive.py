@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -38,6 +39,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import NotAuthenticated
 
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount
+from routing.accounts.defaults import tier_choice
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
 from routing.api.jobs import idempotency_key_of
@@ -45,6 +47,7 @@ from routing.compat import params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
 from routing.core.formats import cut
+from routing.core.limits import MAX_DEADLINE_SECONDS
 from routing.core.openai_shapes import service_tier_word, unix
 from routing.jobs.interactive import (
     Interactive,
@@ -56,6 +59,7 @@ from routing.jobs.interactive import (
 from routing.jobs.output import synthetic_output
 from routing.models import Job
 from routing.router import timing
+from routing.router.route import RouteRequest
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -102,11 +106,12 @@ def _begin(request, endpoint: str):
             started = interactive_start(
                 account=account,
                 model=req.model,
-                request=req.route_request(),
+                request=with_defaults(req, account),
                 prompt=req.prompt,
                 payload=req.payload(endpoint),
                 stream=req.stream,
                 idempotency_key=key,
+                fallbacks=req.fallbacks,
             )
         if started.replayed:
             headers = {"Idempotent-Replayed": "true"}
@@ -120,6 +125,19 @@ def _begin(request, endpoint: str):
         if response is None:
             raise
         return response
+
+
+def with_defaults(req: params.Interactive, account) -> RouteRequest:
+    """The request's route, with the account's defaults where it named no tier or
+    deadline (routing.accounts.defaults)."""
+    choice = tier_choice(
+        sent=req.service_tier, tier=req.tier, deadline_seconds=req.deadline_seconds, account=account
+    )
+    return replace(
+        req.route_request(),
+        tier=choice.tier,
+        deadline_seconds=choice.deadline_seconds or MAX_DEADLINE_SECONDS,
+    )
 
 
 def deadline_headers(job: Job) -> dict[str, str]:

@@ -9,12 +9,14 @@ Rules (documented in the README's compatibility table):
 - output tokens: `max_completion_tokens` or `max_tokens` (chat), `max_output_tokens`
   (responses); 1024 when absent, as for batch lines;
 - `service_tier`: auto, default (= standard), flex, priority, ultrafast (and our
-  standard, fast); absent means auto: the router picks the cheapest tier that meets
-  the deadline (with no deadline: the cheapest tier);
+  standard, fast); absent, or auto without a deadline, takes the account's defaults
+  (routing.accounts.defaults: Standard unless the account set another);
 - the deadline (simulated seconds): `deadline_seconds` in the body (the SDK's
   `extra_body`) or the `X-Deadline-Seconds` header;
 - model "auto" chooses among models by a task class: `task` in the body
-  (e.g. "swe-bench-pro").
+  (e.g. "swe-bench-pro");
+- `models` (OpenRouter's shape): fallback models tried in order after `model`
+  (routing.jobs.interactive), at most MAX_FALLBACKS.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
 USER_MAX = 256
+MAX_FALLBACKS = 5
 
 
 def invalid(message: str, param: str | None = None) -> Problem:
@@ -63,13 +66,14 @@ class Interactive:
     input_tokens: int
     output_tokens: int
     tier: str | None
-    service_tier: str  # the word the client sent (auto when absent)
+    service_tier: str | None  # the word the client sent (None when absent)
     deadline_seconds: float | None
     task: str | None
     stream: bool
     include_usage: bool
     metadata: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    fallbacks: list[str] = field(default_factory=list)
 
     def route_request(self) -> RouteRequest:
         return RouteRequest(
@@ -95,6 +99,7 @@ class Interactive:
             "include_usage": self.include_usage,
             "metadata": self.metadata,
             "user": self.user,
+            **({"models": self.fallbacks} if self.fallbacks else {}),
         }
 
 
@@ -163,10 +168,10 @@ def deadline_of(body: dict, headers) -> float | None:
     return float(value)
 
 
-def _tier(body: dict) -> tuple[str | None, str]:
+def _tier(body: dict) -> tuple[str | None, str | None]:
     word = body.get("service_tier")
     if word is None:
-        return None, "auto"
+        return None, None
     if not isinstance(word, str):
         raise invalid("service_tier must be a string.", "service_tier")
     try:
@@ -191,6 +196,23 @@ def _metadata(body: dict) -> dict[str, str]:
                 "metadata",
             )
     return meta
+
+
+def _fallbacks(body: dict) -> list[str]:
+    models = body.get("models")
+    if models is None:
+        return []
+    if (
+        not isinstance(models, list)
+        or len(models) > MAX_FALLBACKS
+        or not all(isinstance(m, str) and m.strip() and len(m) <= 80 for m in models)
+    ):
+        raise invalid(
+            f"models must be a list of at most {MAX_FALLBACKS} model ids or aliases "
+            "(fallbacks tried in order).",
+            "models",
+        )
+    return [m.strip() for m in models]
 
 
 def _common(body: dict, headers, prompt: str, out: int | None) -> Interactive:
@@ -224,6 +246,7 @@ def _common(body: dict, headers, prompt: str, out: int | None) -> Interactive:
         include_usage=include_usage,
         metadata=_metadata(body),
         user=user,
+        fallbacks=_fallbacks(body),
     )
 
 

@@ -46,19 +46,23 @@ def job_submit(
     at: dt.datetime | None = None,
     send: bool = True,
     job_id: uuid.UUID | None = None,
+    route_model: str | None = None,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
     as an interactive request does). Raises NoTierChosen, quota.QuotaExhausted,
     ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch.
-    `job_id`: the new job's id (a replay gives seeded ids; random otherwise)."""
+    `job_id`: the new job's id (a replay gives seeded ids; random otherwise).
+    `route_model`: the model to quote and run (default `payload["model"]`; a fallback
+    tried in place of the model the payload names, which stays the fingerprint's)."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
         replay = _replay(account, idempotency_key, digest)
         if replay is not None:
             return Submission(replay, False, None)
-    q = quote_build(account=account, model=payload["model"], request=request, at=at)
+    route_model = route_model or payload["model"]
+    q = quote_build(account=account, model=route_model, request=request, at=at)
     chosen = q.decision.chosen
     if chosen is None:
         raise NoTierChosen(q)
@@ -96,7 +100,7 @@ def job_submit(
             job = _create_job(
                 job_id,
                 account,
-                payload,
+                route_model,
                 request,
                 prompt,
                 idempotency_key,
@@ -200,14 +204,14 @@ def placement_fields(
 
 
 def _create_job(
-    job_id, account, payload, request, prompt, key, digest, q: Quote, model, reservation, at
+    job_id, account, requested, request, prompt, key, digest, q: Quote, model, reservation, at
 ) -> Job:
     return Job.objects.create(
         id=job_id,
         account=account,
         idempotency_key=key,
         request_fingerprint=digest,
-        requested_model=payload["model"],
+        requested_model=requested,
         model=model,
         requested_tier=request.tier,
         input_tokens=request.input_tokens,

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from routing.core.limits import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
 from routing.core.urls_safe import UnsafeURL, webhook_url_check
+
+DEFAULT_TIER_CHOICES = [
+    ("standard", "Standard"),
+    ("flex", "Flex"),
+    ("priority", "Priority"),
+    ("ultrafast", "Ultrafast"),
+    ("auto", "Auto (the cheapest tier meeting the default deadline)"),
+]
 
 
 class Account(models.Model):
@@ -34,6 +44,24 @@ class Account(models.Model):
         blank=True,
         help_text="Input + output tokens of accepted jobs and completions per minute; "
         "blank: the service default (API_TOKENS_PER_MINUTE).",
+    )
+    # What an OpenAI-shaped request that names no tier gets (routing.compat.defaults).
+    default_tier = models.CharField(
+        max_length=16,
+        choices=DEFAULT_TIER_CHOICES,
+        default="standard",
+        help_text="The tier of a /v1 request that sends no service_tier (OpenAI's default "
+        "is Standard); auto: the cheapest tier meeting the default deadline.",
+    )
+    default_deadline_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[
+            MinValueValidator(MIN_DEADLINE_SECONDS),
+            MaxValueValidator(MAX_DEADLINE_SECONDS),
+        ],
+        help_text="Simulated seconds: the deadline of a service_tier 'auto' request that "
+        "sends none; blank: such a request is served on Standard.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
