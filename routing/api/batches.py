@@ -53,6 +53,7 @@ def create_batch(request, account) -> Batch:
             completion_window=d["completion_window"],
             start_at=d.get("start_at"),
             metadata=d.get("metadata"),
+            api_key_id=request.user.key.pk,
         )
 
 

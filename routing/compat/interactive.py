@@ -84,12 +84,12 @@ def _db(fn: Callable) -> Callable:
     return sync_to_async(run)
 
 
-def _account(request):
+def _principal(request):
     auth = BearerKeyAuthentication()
     found = auth.authenticate(request)
     if found is None:
         raise NotAuthenticated(HasAccount.message)
-    return found[0].account
+    return found[0]
 
 
 def _begin(request, endpoint: str):
@@ -97,7 +97,8 @@ def _begin(request, endpoint: str):
     with the same Idempotency-Key). (request, Interactive, headers, key), or an error
     response in OpenAI's envelope."""
     try:
-        account = _account(request)
+        principal = _principal(request)
+        account = principal.account
         key = idempotency_key_of(request)
         body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
@@ -112,6 +113,7 @@ def _begin(request, endpoint: str):
                 stream=req.stream,
                 idempotency_key=key,
                 fallbacks=req.fallbacks,
+                api_key_id=principal.key.pk,
             )
         if started.replayed:
             headers = {"Idempotent-Replayed": "true"}

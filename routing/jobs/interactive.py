@@ -122,6 +122,7 @@ def interactive_start(
     idempotency_key: str | None = None,
     at: dt.datetime | None = None,
     fallbacks: Sequence[str] = (),
+    api_key_id: int | None = None,
 ) -> Interactive:
     """Accept an interactive request: quote, job row and reservation, and its slot
     booked, in one transaction (a streamed one starts with 0 tokens delivered). With an
@@ -142,7 +143,15 @@ def interactive_start(
     for candidate in tried:
         try:
             return _start_one(
-                account, candidate, request, prompt, payload, stream, idempotency_key, at
+                account,
+                candidate,
+                request,
+                prompt,
+                payload,
+                stream,
+                idempotency_key,
+                at,
+                api_key_id,
             )
         except Exception as exc:
             if first_refusal is None:
@@ -165,7 +174,7 @@ def may_fall_back(exc: BaseException) -> bool:
 FALLBACK_OUTCOMES = frozenset({"deadline", "quota", "max_cost"})
 
 
-def _start_one(account, model, request, prompt, payload, stream, idempotency_key, at):
+def _start_one(account, model, request, prompt, payload, stream, idempotency_key, at, key_id):
     with transaction.atomic():
         sub = job_submit(
             account=account,
@@ -176,6 +185,7 @@ def _start_one(account, model, request, prompt, payload, stream, idempotency_key
             at=at,
             send=False,
             route_model=model,
+            api_key_id=key_id,
         )
         if sub.created:
             claimed = job_claim(sub.job.pk, at=at)

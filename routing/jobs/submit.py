@@ -47,6 +47,7 @@ def job_submit(
     send: bool = True,
     job_id: uuid.UUID | None = None,
     route_model: str | None = None,
+    api_key_id: int | None = None,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
@@ -54,7 +55,9 @@ def job_submit(
     ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch.
     `job_id`: the new job's id (a replay gives seeded ids; random otherwise).
     `route_model`: the model to quote and run (default `payload["model"]`; a fallback
-    tried in place of the model the payload names, which stays the fingerprint's)."""
+    tried in place of the model the payload names, which stays the fingerprint's).
+    `api_key_id`: the key that sent it; the payload's `user` and `metadata` (bounded by
+    the caller's validation) are recorded on the job too."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
@@ -109,6 +112,8 @@ def job_submit(
                 model,
                 reservation,
                 at,
+                api_key_id,
+                payload,
             )
             _related_from_memory(job, q)
             if send:
@@ -204,11 +209,27 @@ def placement_fields(
 
 
 def _create_job(
-    job_id, account, requested, request, prompt, key, digest, q: Quote, model, reservation, at
+    job_id,
+    account,
+    requested,
+    request,
+    prompt,
+    key,
+    digest,
+    q: Quote,
+    model,
+    reservation,
+    at,
+    api_key_id=None,
+    who: dict | None = None,
 ) -> Job:
+    who = who or {}
     return Job.objects.create(
         id=job_id,
         account=account,
+        api_key_id=api_key_id,
+        user=who.get("user") or "",
+        metadata=who.get("metadata") or {},
         idempotency_key=key,
         request_fingerprint=digest,
         requested_model=requested,

@@ -100,3 +100,12 @@ def uninstall(apps, schema_editor):
     with conn.cursor() as cur:
         for sql in [POSTGRES_DOWN] if conn.vendor == "postgresql" else SQLITE_DOWN:
             cur.execute(sql)
+
+
+def reinstall_on_sqlite(apps, schema_editor):
+    """SQLite rebuilds routing_job to alter or add some columns, dropping its triggers:
+    a migration that does so puts the occupancy triggers back with this (PostgreSQL
+    alters in place and keeps them)."""
+    if schema_editor.connection.vendor == "sqlite":
+        uninstall(apps, schema_editor)
+        install(apps, schema_editor)
