@@ -40,6 +40,7 @@ from rest_framework.exceptions import NotAuthenticated
 
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount
 from routing.accounts.defaults import tier_choice
+from routing.accounts.scopes import check_method
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
 from routing.api.jobs import idempotency_key_of
@@ -99,6 +100,8 @@ def _begin(request, endpoint: str):
     try:
         principal = _principal(request)
         account = principal.account
+        with domain_problems(request):
+            check_method(principal.key, request.method)
         key = idempotency_key_of(request)
         body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
@@ -113,7 +116,7 @@ def _begin(request, endpoint: str):
                 stream=req.stream,
                 idempotency_key=key,
                 fallbacks=req.fallbacks,
-                api_key_id=principal.key.pk,
+                api_key=principal.key,
             )
         if started.replayed:
             headers = {"Idempotent-Replayed": "true"}

@@ -122,7 +122,7 @@ def interactive_start(
     idempotency_key: str | None = None,
     at: dt.datetime | None = None,
     fallbacks: Sequence[str] = (),
-    api_key_id: int | None = None,
+    api_key=None,
 ) -> Interactive:
     """Accept an interactive request: quote, job row and reservation, and its slot
     booked, in one transaction (a streamed one starts with 0 tokens delivered). With an
@@ -151,7 +151,7 @@ def interactive_start(
                 stream,
                 idempotency_key,
                 at,
-                api_key_id,
+                api_key,
             )
         except Exception as exc:
             if first_refusal is None:
@@ -174,7 +174,7 @@ def may_fall_back(exc: BaseException) -> bool:
 FALLBACK_OUTCOMES = frozenset({"deadline", "quota", "max_cost"})
 
 
-def _start_one(account, model, request, prompt, payload, stream, idempotency_key, at, key_id):
+def _start_one(account, model, request, prompt, payload, stream, idempotency_key, at, key):
     with transaction.atomic():
         sub = job_submit(
             account=account,
@@ -185,7 +185,7 @@ def _start_one(account, model, request, prompt, payload, stream, idempotency_key
             at=at,
             send=False,
             route_model=model,
-            api_key_id=key_id,
+            api_key=key,
         )
         if sub.created:
             claimed = job_claim(sub.job.pk, at=at)

@@ -15,10 +15,11 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
+from routing.accounts import scopes
 from routing.core import dispatch
 from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
-from routing.models import Account, Job, QuotaPackage
+from routing.models import Account, ApiKey, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
@@ -47,7 +48,7 @@ def job_submit(
     send: bool = True,
     job_id: uuid.UUID | None = None,
     route_model: str | None = None,
-    api_key_id: int | None = None,
+    api_key: ApiKey | None = None,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
@@ -56,7 +57,7 @@ def job_submit(
     `job_id`: the new job's id (a replay gives seeded ids; random otherwise).
     `route_model`: the model to quote and run (default `payload["model"]`; a fallback
     tried in place of the model the payload names, which stays the fingerprint's).
-    `api_key_id`: the key that sent it; the payload's `user` and `metadata` (bounded by
+    `api_key`: the key that sent it (its scopes checked: routing.accounts.scopes); the payload's `user` and `metadata` (bounded by
     the caller's validation) are recorded on the job too."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
@@ -65,10 +66,14 @@ def job_submit(
         if replay is not None:
             return Submission(replay, False, None)
     route_model = route_model or payload["model"]
+    if api_key is not None:
+        scopes.check_model(api_key, route_model)
+        scopes.check_tier(api_key, request.tier)
     q = quote_build(account=account, model=route_model, request=request, at=at)
     chosen = q.decision.chosen
     if chosen is None:
         raise NoTierChosen(q)
+    scopes.check_spend(api_key, chosen.cost, at)
     taken = None
     try:
         with transaction.atomic():
@@ -96,6 +101,7 @@ def job_submit(
             # paying package's requests and tokens (RateLimited rolls the job back).
             taken = take_for_work(
                 account=account,
+                key=api_key,
                 package_id=reservation.package_id,
                 tokens=request.input_tokens + request.output_tokens,
                 package_limits=_limits_read(q, reservation.package_id),
@@ -112,7 +118,7 @@ def job_submit(
                 model,
                 reservation,
                 at,
-                api_key_id,
+                api_key.pk if api_key is not None else None,
                 payload,
             )
             _related_from_memory(job, q)
