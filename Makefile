@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues clean
+.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,8 @@ test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## make lint: ruff, the import contracts in pyproject.toml ([tool.importlinter], drawn in
-## docs/architecture.md) and no import cycle inside routing, catalog or simengine.
+## docs/architecture.md) over every top-level package, and no import cycle among or inside
+## them (deploy, routing, catalog, httpedge, simengine), package level and module level.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -82,6 +83,10 @@ bench-stack: install
 ## interactive job start latency, idle and beside large batches: one worker vs a worker per queue
 bench-queues: install
 	$(PY) bench/bench_queues.py
+
+## the replay's speed: 5,000 requests of the shipped trace through the real path (throwaway database)
+bench-replay: install
+	$(PY) bench/bench_replay.py
 
 clean:
 	rm -rf var .pytest_cache test-artifacts

@@ -1,11 +1,16 @@
-"""Fail when modules inside one of the project's packages import each other in a cycle.
+"""Fail when modules inside one of the project's packages import each other in a cycle,
+or packages do: the top-level packages among themselves (routing -> deploy -> routing),
+and the sub-packages and modules right below each top-level package among themselves
+(routing.api -> routing.compat -> routing.api), a package counting every import of the
+modules inside it.
 
 Uses grimp, the graph library under import-linter. Every import counts: module-level,
 function-level and ``if TYPE_CHECKING:`` ones alike (a function-level import that only
 hides a cycle is still the cycle). Each cycle is printed once, as a chain of
-``module:line`` steps; the exit status is 1 if there is any, else 0.
+``module:line`` steps (for packages, one import that makes each step); the exit status
+is 1 if there is any, else 0.
 
-    python .ci/import_cycles.py [PACKAGE ...]   # default: routing catalog simengine
+    python .ci/import_cycles.py [PACKAGE ...]   # default: every top-level package
 """
 
 from __future__ import annotations
@@ -16,19 +21,23 @@ from pathlib import Path
 
 import grimp
 
-PACKAGES = ("routing", "catalog", "simengine")
+PACKAGES = ("deploy", "routing", "catalog", "httpedge", "simengine")
 
 
 def strongly_connected(graph: grimp.ImportGraph, modules: set[str]) -> list[list[str]]:
     """Tarjan's algorithm over the direct imports among `modules` (iterative)."""
+    return strongly_connected_edges(
+        modules, lambda module: sorted(graph.find_modules_directly_imported_by(module) & modules)
+    )
+
+
+def strongly_connected_edges(modules: set[str], edges) -> list[list[str]]:
+    """Tarjan's algorithm over the nodes `modules` and `edges(node)` (iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
     stack: list[str] = []
     groups: list[list[str]] = []
-
-    def edges(module: str) -> list[str]:
-        return sorted(graph.find_modules_directly_imported_by(module) & modules)
 
     for root in sorted(modules):
         if root in index:
@@ -106,11 +115,54 @@ def describe(graph: grimp.ImportGraph, group: list[str]) -> str:
     return text
 
 
+def package_imports(
+    graph: grimp.ImportGraph, units: list[str]
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """Imports between `units` (packages, each with every module inside it, or single
+    modules): {importer unit: {imported unit: (one importing module, one imported)}}."""
+    unit_of: dict[str, str] = {}
+    for unit in units:
+        for module in {unit} | graph.find_descendants(unit):
+            unit_of[module] = unit
+    found: dict[str, dict[str, tuple[str, str]]] = {unit: {} for unit in units}
+    for module, unit in sorted(unit_of.items()):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            other = unit_of.get(imported)
+            if other is not None and other != unit:
+                found[unit].setdefault(other, (module, imported))
+    return found
+
+
+def describe_packages(graph: grimp.ImportGraph, group: list[str], imports) -> str:
+    members = set(group)
+    text = f"package cycle among {', '.join(group)}"
+    text += "\n  imports between them (one each, module:line -> module):"
+    for importer in group:
+        for other, (module, imported) in sorted(imports[importer].items()):
+            if other in members:
+                lines = import_lines(graph, module, imported)
+                text += f"\n    {importer} -> {other}: {module}:{lines} -> {imported}"
+    return text
+
+
+def package_cycles(graph: grimp.ImportGraph, units: list[str]) -> list[str]:
+    imports = package_imports(graph, units)
+    groups = strongly_connected_edges(set(units), lambda unit: sorted(imports[unit]))
+    return [describe_packages(graph, group, imports) for group in groups]
+
+
 def main(argv: list[str]) -> int:
     packages = argv or list(PACKAGES)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     graph = grimp.build_graph(*packages, cache_dir=None)
     found = 0
+    levels = [("top level", packages)] + [
+        (package, sorted(graph.find_children(package))) for package in packages
+    ]
+    for where, units in levels:
+        for text in package_cycles(graph, list(units)):
+            found += 1
+            print(f"{where}: {text}")
     for package in packages:
         modules = {package} | graph.find_descendants(package)
         for group in strongly_connected(graph, modules):
@@ -119,7 +171,7 @@ def main(argv: list[str]) -> int:
     if found:
         print(f"{found} import cycle(s) found")
         return 1
-    print(f"no import cycle inside {', '.join(packages)}")
+    print(f"no import cycle among or inside {', '.join(packages)} (packages and modules)")
     return 0
 
 

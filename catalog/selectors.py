@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from catalog.lifecycle import STATUSES, LifecycleError, retiring_within_q, status_q
 from catalog.models import ModelVersion
 from catalog.serializers import deployments_prefetch
-from catalog.text import echo
+from httpedge.text import echo
 
 
 class ModelNotFound(LookupError):

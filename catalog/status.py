@@ -25,7 +25,7 @@ from typing import Protocol
 from django.db.models import Q
 from django.utils import timezone
 
-from catalog.text import echo
+from httpedge.text import echo
 
 UPCOMING = "upcoming"
 PREVIEW = "preview"

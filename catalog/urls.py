@@ -1,5 +1,5 @@
 from catalog import views
-from deploy.paths import both
+from httpedge.paths import both
 
 urlpatterns = [
     *both("models/", views.ModelListView.as_view(), name="model-list"),

@@ -21,11 +21,11 @@ from catalog.serializers import (
     TierListSerializer,
     TierSerializer,
 )
-from catalog.text import echo
-from deploy.health import health_report
-from deploy.pagination import ListCursorPagination
-from deploy.problems import Problem
-from deploy.query import invalid_parameter, query_int, query_value
+from httpedge.health import health_report
+from httpedge.pagination import ListCursorPagination
+from httpedge.problems import Problem
+from httpedge.query import invalid_parameter, query_int, query_value
+from httpedge.text import echo
 
 
 @extend_schema(

@@ -20,7 +20,7 @@ import time
 
 from django.conf import settings
 
-from deploy.problems import PROBLEM_CONTENT_TYPE, problem_body
+from httpedge.problems import PROBLEM_CONTENT_TYPE, problem_body
 
 
 def _too_large_body(path: str, limit: int) -> tuple[bytes, bytes]:
@@ -35,7 +35,7 @@ def _too_large_body(path: str, limit: int) -> tuple[bytes, bytes]:
         limit_bytes=limit,
     )
     if path.startswith("/v1/"):
-        from routing.compat.errors import envelope_from_problem  # an adapter, loaded late
+        from httpedge.openai_errors import envelope_from_problem
 
         return json.dumps(envelope_from_problem(problem, 413)).encode(), b"application/json"
     return json.dumps(problem).encode(), PROBLEM_CONTENT_TYPE.encode()

@@ -8,7 +8,7 @@ server's timeouts)."""
 from deploy.webserver import limits
 
 # uvicorn workers (ASGI) with the service's header/body/idle timeouts and header limit,
-# never rewriting the client address from X-Forwarded-For (deploy.throttling.client_ip
+# never rewriting the client address from X-Forwarded-For (httpedge.clientip.client_ip
 # is the one rule, after TRUSTED_PROXY_COUNT).
 worker_class = "deploy.webserver.Worker"
 # Trust no forwarded header here either (gunicorn's default trusts 127.0.0.1 and ::1).

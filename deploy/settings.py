@@ -12,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from routing.core import tasknames
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 
@@ -34,10 +36,10 @@ if not SECRET_KEY:
     if not DEBUG:
         raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-key-change-me-0123456789-abcdefghijklmnopqrstuvwxyz"
-# Clients that see Django's debug pages when DEBUG is on (deploy/debugpage.py); the
+# Clients that see Django's debug pages when DEBUG is on (httpedge/debugpage.py); the
 # debug pages never show passwords, URLs with a password or DATABASES passwords.
 INTERNAL_IPS = env_list("INTERNAL_IPS", "127.0.0.1,::1")
-DEFAULT_EXCEPTION_REPORTER_FILTER = "deploy.debugpage.CredentialsFilter"
+DEFAULT_EXCEPTION_REPORTER_FILTER = "httpedge.debugpage.CredentialsFilter"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 # Public base URL used in Link headers and problem `type` URIs when no request is at hand.
@@ -65,30 +67,30 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
-    "deploy.debugpage.debug_page_local_only",
-    "deploy.middleware.api_input_guard",
-    "deploy.middleware.ServiceUnavailableMiddleware",
+    "httpedge.debugpage.debug_page_local_only",
+    "httpedge.middleware.api_input_guard",
+    "httpedge.middleware.ServiceUnavailableMiddleware",
     # Sessions, Django's user and messages serve the admin: the Browser* ones are
-    # Django's own, passed by on /api/ and /v1/ (deploy/middleware.py), where a bearer
+    # Django's own, passed by on /api/ and /v1/ (httpedge/middleware.py), where a bearer
     # key authenticates.
-    "deploy.middleware.BrowserSessionMiddleware",
+    "httpedge.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # CSRF: Django's own, by name (check --deploy looks for it by name); the API's
     # views are csrf_exempt, so on them it only looks.
     "django.middleware.csrf.CsrfViewMiddleware",
-    "deploy.middleware.BrowserAuthenticationMiddleware",
-    "deploy.middleware.BrowserMessageMiddleware",
+    "httpedge.middleware.BrowserAuthenticationMiddleware",
+    "httpedge.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Admin login lockout (django-axes): answers the lockout page for a locked login.
     "axes.middleware.AxesMiddleware",  # (by name: axes checks it; a look only)
     # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
-    "deploy.throttling.RateLimitHeadersMiddleware",
+    "routing.api.throttling.RateLimitHeadersMiddleware",
 ]
 
 # The web server serves the admin's static files itself: after `collectstatic` in
 # production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
 # static view).
-MIDDLEWARE.insert(1, "deploy.middleware.StaticFilesMiddleware")  # WhiteNoise, sync and async
+MIDDLEWARE.insert(1, "httpedge.middleware.StaticFilesMiddleware")  # WhiteNoise, sync and async
 WHITENOISE_USE_FINDERS = WHITENOISE_AUTOREFRESH = DEBUG
 
 ROOT_URLCONF = "deploy.urls"
@@ -226,21 +228,21 @@ REST_FRAMEWORK = {
     # JSON within bounds (nesting depth, finite numbers, no NUL): a hostile body is a 400.
     "DEFAULT_PARSER_CLASSES": ["routing.api.parsers.BoundedJSONParser"],
     # OPTIONS says what a resource renders and parses, without describing serializers.
-    "DEFAULT_METADATA_CLASS": "deploy.metadata.BriefMetadata",
+    "DEFAULT_METADATA_CLASS": "httpedge.metadata.BriefMetadata",
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
-    "EXCEPTION_HANDLER": "deploy.problems.problem_exception_handler",
+    "EXCEPTION_HANDLER": "httpedge.problems.problem_exception_handler",
     "UNAUTHENTICATED_USER": None,
     # Requests per account (per address without a key), and writes; rates below.
     "DEFAULT_THROTTLE_CLASSES": [
-        "deploy.throttling.RequestRateThrottle",
-        "deploy.throttling.WriteRateThrottle",
+        "routing.api.throttling.RequestRateThrottle",
+        "routing.api.throttling.WriteRateThrottle",
     ],
 }
 
 
 # --- API throttling -------------------------------------------------------------------
-# Fixed windows counted in the cache (deploy.throttling): an account (or, without a key,
+# Fixed windows counted in the cache (routing.api.throttling): an account (or, without a key,
 # a client address) past its rate gets 429 rate-limited with Retry-After. "off" (or 0)
 # turns a rate off; writes (POST, DELETE) and keyless requests default to half the rate.
 def env_rate(name: str, default: str | None) -> str | None:
@@ -300,10 +302,10 @@ SPECTACULAR_SETTINGS = {
     # The problem+json responses every operation can give, documented in one place.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "deploy.openapi.add_problem_responses",
-        "deploy.openapi.non_blank_strings",  # a string of spaces alone is blank too
+        "httpedge.openapi.add_problem_responses",
+        "httpedge.openapi.non_blank_strings",  # a string of spaces alone is blank too
         "routing.api.schema.add_links",  # created job/file/batch -> read, cancel, delete
-        "deploy.throttling.document_rate_limits",  # last: the 429 of throttled operations
+        "routing.api.throttling.document_rate_limits",  # last: the 429 of throttled operations
     ],
     "ENUM_NAME_OVERRIDES": {
         "ModelStatusEnum": "catalog.lifecycle.STATUSES",
@@ -352,17 +354,17 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Periodic work is declared here; beat's DatabaseScheduler copies it into the
 # django-celery-beat tables at start, where ops can see (and pause) it in the admin.
 CELERY_BEAT_SCHEDULE = {
-    "reset-quota-periods": {"task": "routing.reset_quota_periods", "schedule": 60.0},
-    "apply-retirements": {"task": "routing.apply_retirements", "schedule": 60.0},
-    "announce-notices": {"task": "routing.announce_notices", "schedule": 60.0},
+    "reset-quota-periods": {"task": tasknames.RESET_QUOTA_PERIODS, "schedule": 60.0},
+    "apply-retirements": {"task": tasknames.APPLY_RETIREMENTS, "schedule": 60.0},
+    "announce-notices": {"task": tasknames.ANNOUNCE_NOTICES, "schedule": 60.0},
     "sweep-batches": {
-        "task": "routing.sweep_batches",
+        "task": tasknames.SWEEP_BATCHES,
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
-    "expire-files": {"task": "routing.expire_files", "schedule": 3600.0},
-    "reconcile-occupancy": {"task": "routing.reconcile_occupancy", "schedule": 60.0},
+    "expire-files": {"task": tasknames.EXPIRE_FILES, "schedule": 3600.0},
+    "reconcile-occupancy": {"task": tasknames.RECONCILE_OCCUPANCY, "schedule": 60.0},
     "sweep-jobs": {
-        "task": "routing.sweep_jobs",
+        "task": tasknames.SWEEP_JOBS,
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
     },
 }
@@ -372,22 +374,27 @@ CELERY_BEAT_SCHEDULE = {
 # `make run` starts one worker for all of them (CELERY_QUEUES_ALL); production runs a
 # worker per queue (README "Queues by kind of work").
 CELERY_TASK_DEFAULT_QUEUE = "housekeeping"
+_QUEUE_TASKS = {
+    "interactive": (tasknames.RUN_JOB, tasknames.FINISH_JOB, "deploy.noop"),
+    "batch": (
+        tasknames.VALIDATE_BATCH,
+        tasknames.ADVANCE_BATCH,
+        tasknames.FINALIZE_BATCH,
+        tasknames.START_SCHEDULED_BATCH,
+    ),
+    "housekeeping": (
+        tasknames.SWEEP_JOBS,
+        tasknames.SWEEP_BATCHES,
+        tasknames.RESET_QUOTA_PERIODS,
+        tasknames.APPLY_RETIREMENTS,
+        tasknames.ANNOUNCE_NOTICES,
+        tasknames.DELIVER_NOTICE,
+        tasknames.EXPIRE_FILES,
+        tasknames.RECONCILE_OCCUPANCY,
+    ),
+}
 CELERY_TASK_ROUTES = {
-    "routing.run_job": {"queue": "interactive"},
-    "routing.finish_job": {"queue": "interactive"},
-    "deploy.noop": {"queue": "interactive"},
-    "routing.validate_batch": {"queue": "batch"},
-    "routing.advance_batch": {"queue": "batch"},
-    "routing.finalize_batch": {"queue": "batch"},
-    "routing.start_scheduled_batch": {"queue": "batch"},
-    "routing.sweep_jobs": {"queue": "housekeeping"},
-    "routing.sweep_batches": {"queue": "housekeeping"},
-    "routing.reset_quota_periods": {"queue": "housekeeping"},
-    "routing.apply_retirements": {"queue": "housekeeping"},
-    "routing.announce_notices": {"queue": "housekeeping"},
-    "routing.deliver_notice": {"queue": "housekeeping"},
-    "routing.expire_files": {"queue": "housekeeping"},
-    "routing.reconcile_occupancy": {"queue": "housekeeping"},
+    name: {"queue": queue} for queue, names in _QUEUE_TASKS.items() for name in names
 }
 CELERY_QUEUES_ALL = "interactive,batch,housekeeping"
 # Accepting a job must not hang on a broker that is down: try briefly, then leave the
@@ -404,7 +411,7 @@ BROKER_MAX_COUNTDOWN_SECONDS = float(os.environ.get("BROKER_MAX_COUNTDOWN_SECOND
 
 # --- Metrics (GET /metrics, Prometheus text; README "Metrics") ---------------------------
 # With METRICS_TOKEN set, a scrape must send `Authorization: Bearer <token>`; without it,
-# only loopback clients (the address as deploy.throttling.client_ip sees it) may scrape.
+# only loopback clients (the address as httpedge.clientip.client_ip sees it) may scrape.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Event counters of every process on this machine (prometheus_client multiprocess mode).
 METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
@@ -456,7 +463,7 @@ AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("ADMIN_LOCKOUT_MIN
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_CLIENT_IP_CALLABLE = "deploy.throttling.client_ip"
+AXES_CLIENT_IP_CALLABLE = "httpedge.clientip.client_ip"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"  # in routing/templates
 AXES_VERBOSE = False
 

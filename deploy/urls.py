@@ -4,8 +4,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from deploy.problems import handler404 as handler404_view
-from deploy.problemtypes import problem_index_view, problem_type_view
+from httpedge.problems import handler404 as handler404_view
+from httpedge.problemtypes import problem_index_view, problem_type_view
 from routing.api.metrics import metrics_view
 
 urlpatterns = [
@@ -27,6 +27,6 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
 ]
 
-handler400 = "deploy.problems.handler400"
-handler404 = "deploy.problems.handler404"
-handler500 = "deploy.problems.handler500"
+handler400 = "httpedge.problems.handler400"
+handler404 = "httpedge.problems.handler404"
+handler500 = "httpedge.problems.handler500"

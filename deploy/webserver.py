@@ -5,7 +5,7 @@ names `Worker` below; deploy/run.sh, the tests and the benchmarks start gunicorn
 - Client addresses: the server never rewrites the client address or the scheme from
   X-Forwarded-For / X-Forwarded-Proto (uvicorn's `proxy_headers` off; it trusted
   127.0.0.1 by default, so a client could pick its address). The one rule is
-  deploy.throttling.client_ip (TRUSTED_PROXY_COUNT), used by the throttle, the admin
+  httpedge.clientip.client_ip (TRUSTED_PROXY_COUNT), used by the throttle, the admin
   login lockout (django-axes) and /metrics alike.
 - Timeouts (uvicorn times out only an idle connection after a response):
   * idle: a connection with no request under way (new, or after a response) is closed
@@ -73,7 +73,7 @@ def limits() -> Limits:
 def _refusal(status: int, target: bytes) -> tuple[bytes, bytes]:
     """(body, content type) of a request refused before it reached Django: problem+json,
     OpenAI's envelope when the path is under /v1/."""
-    from deploy.problems import PROBLEM_CONTENT_TYPE, problem_body  # Django is set up
+    from httpedge.problems import PROBLEM_CONTENT_TYPE, problem_body  # Django is set up
 
     slug, title, detail = {
         400: ("malformed-request", "Malformed request", "The HTTP request could not be parsed."),
@@ -96,7 +96,7 @@ def _refusal(status: int, target: bytes) -> tuple[bytes, bytes]:
     path = target.split(b"?", 1)[0].decode("latin-1")[:200] if target else None
     problem = problem_body(status_code=status, slug=slug, title=title, detail=detail, instance=path)
     if path and path.startswith("/v1/"):
-        from routing.compat.errors import envelope_from_problem  # an adapter, loaded late
+        from httpedge.openai_errors import envelope_from_problem
 
         return json.dumps(envelope_from_problem(problem, status)).encode(), b"application/json"
     return json.dumps(problem).encode(), PROBLEM_CONTENT_TYPE.encode()

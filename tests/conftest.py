@@ -5,10 +5,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from catalog.loader import catalog_load
-from routing.accounts.keys import clear_key_memo
-from routing.core import dispatch
-from routing.quota import clear_scopes
-from routing.router.snapshot import clear_pool_loads, clear_snapshot
+from routing.core import dispatch, shared
 
 pytest_plugins = ["tests.realparts"]
 
@@ -47,10 +44,7 @@ def fresh_process_caches(settings):
         }
     }
     cache.clear()
-    clear_snapshot()
-    clear_pool_loads()
-    clear_scopes()
-    clear_key_memo()
+    shared.clear_memos()  # every registered memo (routing.core.shared.SharedMemo)
     yield
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import random
 import re
@@ -990,6 +991,23 @@ def run_manage(
     if out.returncode != 0:
         raise ManageError(list(args), out.returncode, out.stdout, out.stderr)
     return out.stdout
+
+
+def catalog_site(*accounts: str, credits: str = "100", **extra) -> tuple[dict[str, str], list]:
+    """A throwaway project on SQLite and the in-memory broker, migrated, the catalog
+    loaded and an account (with `credits`) per name: (env, the accounts' API keys).
+    `extra` as project_env's."""
+    var = owned_tempdir("var")
+    env = project_env(f"sqlite:///{Path(var) / 'db.sqlite3'}", "memory://", var_dir=var, **extra)
+    run_manage(env, "migrate", "--noinput")
+    run_manage(env, "loadcatalog")
+    keys = [
+        json.loads(run_manage(env, "create_account", name, "--json", "--credits", credits))[
+            "api_key"
+        ]
+        for name in accounts
+    ]
+    return env, keys
 
 
 class ServiceProcess:

@@ -1,5 +1,5 @@
 """Issue 13: with DEBUG on (`make run`), Django's debug pages are for loopback clients
-only, and never show credentials (deploy/debugpage.py)."""
+only, and never show credentials (httpedge/debugpage.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.http import Http404
 from django.test import Client
 from django.urls import include, path
 
-from deploy.debugpage import CredentialsFilter, is_local_client
 from deploy.urls import handler400, handler404, handler500  # noqa: F401 (this URLconf's)
+from httpedge.debugpage import CredentialsFilter, is_local_client
 
 PROBLEM = "application/problem+json"
 # Built at run time: the debug page shows source lines, and secrets live in the

@@ -1,5 +1,5 @@
 """The browser's middleware (sessions, Django's user, messages) is passed by on the
-API's paths (deploy.middleware.browser_only, issue 16) and still runs for the admin,
+API's paths (httpedge.middleware.browser_only, issue 16) and still runs for the admin,
 under the WSGI handler and the ASGI one; the API keeps its security headers. (CSRF is
 Django's own middleware everywhere, as check --deploy asks: the API's views are
 csrf_exempt, so it only looks at them; the admin keeps its checks, tested below.)"""

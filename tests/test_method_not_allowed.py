@@ -38,7 +38,7 @@ ROUTES = api_routes()
 
 
 def allowed_methods(callback) -> set[str]:
-    callback = getattr(callback, "__wrapped__", callback)  # deploy.paths.both's alias
+    callback = getattr(callback, "__wrapped__", callback)  # httpedge.paths.both's alias
     cls = getattr(callback, "view_class", None) or getattr(callback, "cls", None)
     methods = {m.upper() for m in cls.http_method_names if hasattr(cls, m)} | {"OPTIONS"}
     return methods | ({"HEAD"} if "GET" in methods else set())

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import problems
-from deploy.problemtypes import PROBLEM_TYPES
+from httpedge import problems
+from httpedge.problemtypes import PROBLEM_TYPES
 from routing.api import errors as api_errors
 from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected
@@ -27,9 +27,9 @@ def _name(func: ast.expr) -> str:
 
 
 def slugs_in_code() -> dict[str, str]:
-    """Every literal problem slug in routing/, deploy/ and catalog/, with where it is."""
+    """Every literal problem slug in routing/, deploy/, httpedge/ and catalog/, with where it is."""
     found: dict[str, str] = {}
-    for package in ("routing", "deploy", "catalog"):
+    for package in ("routing", "deploy", "httpedge", "catalog"):
         for path in (ROOT / package).rglob("*.py"):
             tree = ast.parse(path.read_text(), filename=str(path))
             for node in ast.walk(tree):
@@ -52,7 +52,7 @@ def slugs_in_code() -> dict[str, str]:
                     ):
                         found.setdefault(kw.value.value, f"{path.relative_to(ROOT)}:{node.lineno}")
     for _, (slug, _title) in problems._DRF_TYPES.items():
-        found.setdefault(slug, "deploy/problems.py _DRF_TYPES")
+        found.setdefault(slug, "httpedge/problems.py _DRF_TYPES")
     for _, (_status, slug, _title) in api_errors.FIXED_PROBLEMS.items():
         found.setdefault(slug, "routing/api/errors.py FIXED_PROBLEMS")
     for slug in api_errors.BATCH_STATUS:
@@ -60,7 +60,7 @@ def slugs_in_code() -> dict[str, str]:
     for cls in (BatchError, FileRejected):
         default = inspect.signature(cls.__init__).parameters["code"].default
         found.setdefault(default, f"{cls.__name__} default code")
-    found.setdefault("error", "deploy/problems.py fallback")
+    found.setdefault("error", "httpedge/problems.py fallback")
     return found
 
 
@@ -76,7 +76,9 @@ def test_the_scan_finds_the_slugs_it_should():
 
 def test_every_slug_used_in_code_has_a_page():
     missing = {s: where for s, where in slugs_in_code().items() if s not in PROBLEM_TYPES}
-    assert not missing, f"add these to deploy/problemtypes.py PROBLEM_TYPES: {missing}"
+    assert not missing, (
+        f"add these to the PROBLEM_TYPES of httpedge/problemtypes.py (HTTP), catalog/problemtypes.py or routing/api/problemtypes.py: {missing}"
+    )
 
 
 def test_every_entry_says_what_happened_and_what_to_do():

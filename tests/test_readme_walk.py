@@ -43,6 +43,9 @@ SKIPPED = {
     "celery -A deploy worker -Q": "the production split: long-running workers per queue",
     "celery -A deploy beat": "production: a long-running beat (make run starts one)",
     'curl -s -H "Authorization: Bearer $METRICS_TOKEN" https://host/': "production host",
+    ".venv/bin/python manage.py replay --trace data/traces/azure-llm-2023-code.csv": (
+        "the README's replay table, ~15 minutes; tests/routing/replay run the command"
+    ),
 }
 # The README block where PostgreSQL/Redis replace the quick start's parts: not walked.
 PRODUCTION_BLOCK_MARK = "export DATABASE_URL="

@@ -5,7 +5,7 @@ service's uvicorn workers, `-c deploy/gunicorn.conf.py`, as deploy/run.sh starts
   X-Forwarded-For, so with no trusted proxy a different forged address per attempt
   neither escapes the admin login lockout nor the keyless rate limit; with
   TRUSTED_PROXY_COUNT=1 the forwarded address counts, each its own (one rule,
-  deploy.throttling.client_ip, for the throttle and django-axes);
+  httpedge.clientip.client_ip, for the throttle and django-axes);
 - finding 7: a half-sent header, a stalled body and an idle connection are closed
   (small timeouts through WEB_*_SECONDS here), while a client polling every few seconds
   keeps its connection under the default keep-alive; headers or a URL of 1 MB are a 431

@@ -1,4 +1,6 @@
-"""`Authorization: Bearer <key>` for the client API."""
+"""`Authorization: Bearer <key>` for the client API: `request_principal`, the one client
+authentication, used by the DRF views (BearerKeyAuthentication), the /v1/ views outside
+DRF (routing.compat.interactive) and the rate-limit headers (routing.api.throttling)."""
 
 from __future__ import annotations
 
@@ -19,21 +21,32 @@ class KeyPrincipal:
     is_authenticated: bool = True
 
 
+KEYWORD = "Bearer"
+
+
+def request_principal(request) -> KeyPrincipal | None:
+    """The caller of `request` (a Django or DRF request): None without an Authorization
+    header; AuthenticationFailed for a header that is not `Bearer <key>` or a key that is
+    unknown or revoked."""
+    header = authentication.get_authorization_header(request).decode(errors="replace")
+    if not header:
+        return None
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() != KEYWORD.lower():
+        raise exceptions.AuthenticationFailed("Send the key as 'Authorization: Bearer <key>'.")
+    try:
+        key = api_key_authenticate(parts[1])
+    except KeyRejected as exc:
+        raise exceptions.AuthenticationFailed(str(exc)) from exc
+    return KeyPrincipal(account=key.account, key=key)
+
+
 class BearerKeyAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+    keyword = KEYWORD
 
     def authenticate(self, request):
-        header = authentication.get_authorization_header(request).decode(errors="replace")
-        if not header:
-            return None
-        parts = header.split()
-        if len(parts) != 2 or parts[0].lower() != self.keyword.lower():
-            raise exceptions.AuthenticationFailed("Send the key as 'Authorization: Bearer <key>'.")
-        try:
-            key = api_key_authenticate(parts[1])
-        except KeyRejected as exc:
-            raise exceptions.AuthenticationFailed(str(exc)) from exc
-        return KeyPrincipal(account=key.account, key=key), key
+        principal = request_principal(request)
+        return None if principal is None else (principal, principal.key)
 
     def authenticate_header(self, request):
         return f'{self.keyword} realm="api"'

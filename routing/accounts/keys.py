@@ -25,7 +25,6 @@ import datetime as dt
 import hashlib
 import json
 import secrets
-import threading
 import time
 from decimal import Decimal
 
@@ -34,7 +33,7 @@ from django.db import connection
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
-from routing.core import shared
+from routing.core.shared import SharedMemo
 from routing.core.sql import as_utc
 from routing.models import Account, ApiKey
 
@@ -42,11 +41,15 @@ from routing.models import Account, ApiKey
 GENERATION = "api-keys"
 GENERATION_CHECK_SECONDS = 1.0
 MEMO_MAX_ENTRIES = 10_000
-# digest -> (expires at, monotonic; the row as _AUTH_SQL reads it, last_used_at in UTC)
-_memo: dict[str, tuple[float, tuple]] = {}
-# "forgotten" counts forget_keys calls: a lookup that raced with one does not keep its row.
-_memo_state = {"generation": None, "checked_at": -1e9, "forgotten": 0}
-_memo_lock = threading.Lock()
+# digest -> (read at, monotonic; the row as _AUTH_SQL reads it, last_used_at in UTC).
+# Without the shared cache the TTL alone bounds it (keep_without_cache).
+MEMO = SharedMemo(
+    GENERATION,
+    check_seconds=GENERATION_CHECK_SECONDS,
+    keep_without_cache=True,
+    max_entries=MEMO_MAX_ENTRIES,
+).register()
+_memo = MEMO.entries
 
 
 def memo_seconds() -> float:
@@ -56,24 +59,13 @@ def memo_seconds() -> float:
 def forget_keys(*, digests=(), account_id: int | None = None, everywhere: bool = True) -> None:
     """Drop memo entries now (the keys with these hashes, or every key of the account),
     and, `everywhere`, bump the shared generation so other processes drop theirs."""
-    with _memo_lock:
-        _memo_state["forgotten"] += 1
-        for digest in digests:
-            _memo.pop(digest, None)
-        if account_id is not None:
-            for digest, (_, row) in list(_memo.items()):
-                if row[6] == account_id:
-                    _memo.pop(digest, None)
-    if everywhere:
-        shared.bump(GENERATION)
+    where = None if account_id is None else (lambda row: row[6] == account_id)
+    MEMO.forget(digests, where, everywhere=everywhere)
 
 
 def clear_key_memo(**_kwargs) -> None:
     """Drop this process's whole memo (tests; a new generation seen)."""
-    with _memo_lock:
-        _memo.clear()
-        _memo_state.update(generation=None, checked_at=-1e9)
-        _memo_state["forgotten"] += 1
+    MEMO.clear(everywhere=False)
 
 
 def _on_key_change(sender, instance: ApiKey, **_kwargs) -> None:
@@ -84,37 +76,14 @@ def _on_account_change(sender, instance: Account, **_kwargs) -> None:
     forget_keys(account_id=instance.pk)
 
 
-post_save.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-save")
-post_delete.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-delete")
-post_save.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-save")
-post_delete.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-delete")
-
-
-def _memo_get(digest: str, ttl: float) -> tuple | None:
-    now = time.monotonic()
-    if now - _memo_state["checked_at"] >= min(GENERATION_CHECK_SECONDS, ttl):
-        gen = shared.generation(GENERATION)  # None (cache away): the TTL alone bounds
-        with _memo_lock:
-            if gen is not None and gen != _memo_state["generation"]:
-                _memo.clear()
-                _memo_state["generation"] = gen
-            _memo_state["checked_at"] = now
-    entry = _memo.get(digest)
-    if entry is None:
-        return None
-    if entry[0] <= now:
-        _memo.pop(digest, None)
-        return None
-    return entry[1]
-
-
-def _memo_put(digest: str, row: tuple, ttl: float, read_at: float, forgotten: int) -> None:
-    with _memo_lock:
-        if _memo_state["forgotten"] != forgotten:
-            return  # a key or account changed while the row was read: not kept
-        if len(_memo) >= MEMO_MAX_ENTRIES:
-            _memo.clear()
-        _memo[digest] = (read_at + ttl, row)
+def connect_receivers() -> None:
+    """A key's or an account's save or delete forgets its keys (RoutingConfig.ready)."""
+    post_save.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-save")
+    post_delete.connect(_on_key_change, sender=ApiKey, dispatch_uid="api-key-memo-delete")
+    post_save.connect(_on_account_change, sender=Account, dispatch_uid="api-key-memo-account-save")
+    post_delete.connect(
+        _on_account_change, sender=Account, dispatch_uid="api-key-memo-account-delete"
+    )
 
 
 KEY_PREFIX = "mlr_"
@@ -177,9 +146,12 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         raise KeyRejected("Invalid API key.")
     digest = hash_key(raw)
     ttl = memo_seconds()
-    row = _memo_get(digest, ttl) if ttl > 0 else None
+    row = None
+    if ttl > 0:
+        read_at = time.monotonic()
+        token = MEMO.sync(read_at, check_seconds=min(GENERATION_CHECK_SECONDS, ttl))
+        row = MEMO.get(digest, read_at, max_age=ttl)
     if row is None:
-        read_at, forgotten = time.monotonic(), _memo_state["forgotten"]
         with connection.cursor() as cur:
             cur.execute(_AUTH_SQL, [digest])
             row = cur.fetchone()
@@ -187,7 +159,7 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
             raise KeyRejected("Invalid API key.")
         row = (*row[:4], as_utc(row[4]), *row[5:])
         if ttl > 0 and row[5] is None:  # only valid keys are kept
-            _memo_put(digest, row, ttl, read_at, forgotten)
+            MEMO.put(digest, row, read_at, token)
     (
         kid,
         name,
@@ -254,8 +226,6 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
     )
     if key.last_used_at is None or at - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=at)
-        with _memo_lock:
-            entry = _memo.get(digest)
-            if entry is not None:  # the memo's row knows the new last use (same expiry)
-                _memo[digest] = (entry[0], (*row[:4], at, *row[5:]))
+        # the memo's row knows the new last use (same expiry)
+        MEMO.replace(digest, (*row[:4], at, *row[5:]))
     return key

@@ -8,9 +8,9 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from catalog import lifecycle
-from deploy.pagination import ListCursorPagination
-from deploy.problems import Problem
-from deploy.query import invalid_parameter, query_value
+from httpedge.pagination import ListCursorPagination
+from httpedge.problems import Problem
+from httpedge.query import invalid_parameter, query_value
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
 from routing.accounts.scopes import KeyNotAllowed, check_method
 from routing.core.formats import echo

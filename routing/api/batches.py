@@ -9,8 +9,8 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from deploy.problems import Problem
-from deploy.query import query_value
+from httpedge.problems import Problem
+from httpedge.query import query_value
 from routing.accounts.scopes import check_batches
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems

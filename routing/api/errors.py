@@ -1,4 +1,4 @@
-"""The one map from domain exceptions to RFC 9457 problems (deploy.problems.Problem).
+"""The one map from domain exceptions to RFC 9457 problems (httpedge.problems.Problem).
 
 Services raise exceptions that say what went wrong (and, for batches and files, a
 problem slug in `code`); which HTTP status that is gets decided here and nowhere
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 from routing.accounts.scopes import KeyNotAllowed
 from routing.api.base import key_problem, model_url
 from routing.api.shapes import candidate_brief, candidate_json

@@ -12,7 +12,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.serializers import FileSerializer, FileUploadSerializer

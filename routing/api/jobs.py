@@ -10,8 +10,8 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from deploy.problems import Problem
-from deploy.query import invalid_parameter, query_value
+from httpedge.problems import Problem
+from httpedge.query import invalid_parameter, query_value
 from routing.api.base import (
     ClientAPIView,
     NewestFirstPagination,

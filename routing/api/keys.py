@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 from routing.accounts.manage import (
     MAX_OVERLAP_SECONDS,
     ROTATE_OVERLAP_SECONDS,

@@ -7,7 +7,7 @@ completion histograms, Celery task latency) are summed over this machine's proce
 (routing.core.metrics).
 
 Who may scrape: with METRICS_TOKEN set, a request with `Authorization: Bearer <token>`;
-without it, loopback clients only (the address deploy.throttling.client_ip sees, so
+without it, loopback clients only (the address httpedge.clientip.client_ip sees, so
 behind a proxy set TRUSTED_PROXY_COUNT, or a token). Anyone else gets a problem+json
 401/403.
 """
@@ -27,8 +27,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from catalog.models import HardwarePool
-from deploy.problems import problem_response
-from deploy.throttling import client_ip
+from httpedge.clientip import client_ip
+from httpedge.problems import problem_response
 from routing.core import metrics
 from routing.jobs import attainment
 from routing.models import Batch, Job, Notice, PoolLoad, QuotaPackage

@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics
 
-from deploy.query import query_value
+from httpedge.query import query_value
 from routing.api.base import ClientAPIView, NewestFirstPagination
 from routing.api.serializers import NoticeSerializer
 from routing.models import Notice

@@ -27,8 +27,8 @@ class BoundedJSONParser(JSONParser):
         except jsonsafe.UnsafeJSON as exc:
             if exc.path is None:
                 raise ParseError(f"JSON parse error - {exc}") from None
-            # (Imported here: deploy.problems imports DRF, whose settings import this.)
-            from deploy.problems import Problem
+            # (Imported here: httpedge.problems imports DRF, whose settings import this.)
+            from httpedge.problems import Problem
 
             raise Problem(  # the field named, as `parameter` (OpenAI's envelope: `param`)
                 status_code=400,

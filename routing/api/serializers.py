@@ -116,6 +116,12 @@ class TimingsSerializer(serializers.Serializer):
 
 
 class PredictionSerializer(TimingsSerializer):
+    load = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        help_text="The pool's measured utilisation (0 to 1) the prediction was made at; null: "
+        "none measured (the tier's published speed).",
+    )
     wafers = serializers.IntegerField(allow_null=True)
     stream_capacity = serializers.IntegerField(help_text="Concurrent streams of the pool.")
     saturated = serializers.BooleanField()

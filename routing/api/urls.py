@@ -1,4 +1,4 @@
-from deploy.paths import both
+from httpedge.paths import both
 from routing.api import batches, files, jobs, keys, notices, quota, quotes
 
 urlpatterns = [

@@ -11,9 +11,10 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from routing.batches.create import batch_create
+from routing.core import tasknames
 from routing.models import Batch, BatchSchedule
 
-SCHEDULE_TASK = "routing.start_scheduled_batch"
+SCHEDULE_TASK = tasknames.START_SCHEDULED_BATCH
 
 
 def schedule_sync(schedule: BatchSchedule) -> None:

@@ -112,17 +112,9 @@ def _int_field(body: dict, name: str, lo: int, hi: int, default=None) -> int:
 
 def _task_shape(endpoint: str, body: dict) -> tuple[int, int, int, float]:
     """(input_tokens, output_tokens, turns, tool_seconds) of a line's body."""
-    if endpoint == "/v1/responses":
-        inp = openai_shapes.tokens_of(openai_shapes.input_text(body.get("input"), "body.input"))
-        out = _int_field(body, "max_output_tokens", 1, MAX_TASK_TOKENS, default=1024)
-        return inp, out, 1, 0.0
-    if endpoint == "/v1/chat/completions":
-        inp = openai_shapes.tokens_of(
-            openai_shapes.messages_text(body.get("messages"), "body.messages")
-        )
-        out_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        out = _int_field(body, out_name, 1, MAX_TASK_TOKENS, default=1024)
-        return inp, out, 1, 0.0
+    if endpoint in (openai_shapes.CHAT, openai_shapes.RESPONSES):
+        shape = openai_shapes.request_shape(endpoint, body, where="body.")  # the live rule
+        return shape.input_tokens, shape.output_tokens, 1, 0.0
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
         raise ValueError(f"body.prompt must be a string of at most {MAX_PROMPT_CHARS} characters.")

@@ -38,12 +38,13 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import NotAuthenticated
 
-from routing.accounts.auth import BearerKeyAuthentication, HasAccount
+from routing.accounts.auth import HasAccount, request_principal
 from routing.accounts.defaults import tier_choice
 from routing.accounts.scopes import check_method
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
 from routing.api.jobs import idempotency_key_of
+from routing.api.throttling import check_throttles
 from routing.compat import params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
@@ -86,11 +87,13 @@ def _db(fn: Callable) -> Callable:
 
 
 def _principal(request):
-    auth = BearerKeyAuthentication()
-    found = auth.authenticate(request)
-    if found is None:
+    """The caller (401 without a key), within its request rate (429 past it): what a
+    DRF view of the API does before its handler."""
+    principal = request_principal(request)
+    if principal is None:
         raise NotAuthenticated(HasAccount.message)
-    return found[0]
+    check_throttles(request, principal)
+    return principal
 
 
 def _begin(request, endpoint: str):

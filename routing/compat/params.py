@@ -7,7 +7,8 @@ Rules (documented in the README's compatibility table):
 - input tokens: the messages' (or `input`'s) text by the one token rule,
   routing.core.openai_shapes.tokens_of (ceil(characters / 4));
 - output tokens: `max_completion_tokens` or `max_tokens` (chat), `max_output_tokens`
-  (responses); 1024 when absent, as for batch lines;
+  (responses); openai_shapes.DEFAULT_OUTPUT_TOKENS (1024) when absent or null: one rule with batch
+  lines, routing.core.openai_shapes.request_shape;
 - `service_tier`: auto, default (= standard), flex, priority, ultrafast (and our
   standard, fast); absent, or auto without a deadline, takes the account's defaults
   (routing.accounts.defaults: Standard unless the account set another);
@@ -27,18 +28,16 @@ from typing import Any
 
 from rest_framework.exceptions import UnsupportedMediaType
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 from routing.core import jsonsafe, openai_shapes
 from routing.core.formats import cut
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
-    MAX_TASK_TOKENS,
     MIN_DEADLINE_SECONDS,
     tier_word,
 )
 from routing.router.route import RouteRequest
 
-DEFAULT_OUTPUT_TOKENS = 1024
 DEADLINE_HEADER = "X-Deadline-Seconds"
 METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX = 64
@@ -198,6 +197,13 @@ def _metadata(body: dict) -> dict[str, str]:
     return meta
 
 
+def _shape(endpoint: str, body: dict) -> openai_shapes.RequestShape:
+    try:
+        return openai_shapes.request_shape(endpoint, body)
+    except openai_shapes.ShapeError as exc:
+        raise invalid(str(exc), exc.param) from None
+
+
 def _fallbacks(body: dict) -> list[str]:
     models = body.get("models")
     if models is None:
@@ -215,7 +221,7 @@ def _fallbacks(body: dict) -> list[str]:
     return [m.strip() for m in models]
 
 
-def _common(body: dict, headers, prompt: str, out: int | None) -> Interactive:
+def _common(body: dict, headers, shape: openai_shapes.RequestShape) -> Interactive:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise invalid("model is required: a model id, a family alias, or 'auto'.", "model")
@@ -235,9 +241,9 @@ def _common(body: dict, headers, prompt: str, out: int | None) -> Interactive:
         raise invalid("stream_options is only allowed with stream: true.", "stream_options")
     return Interactive(
         model=model.strip(),
-        prompt=prompt,
-        input_tokens=openai_shapes.tokens_of(prompt),
-        output_tokens=out or DEFAULT_OUTPUT_TOKENS,
+        prompt=shape.prompt,
+        input_tokens=shape.input_tokens,
+        output_tokens=shape.output_tokens,
         tier=tier,
         service_tier=word,
         deadline_seconds=deadline_of(body, headers),
@@ -252,33 +258,18 @@ def _common(body: dict, headers, prompt: str, out: int | None) -> Interactive:
 
 def chat_request(body: dict, headers) -> Interactive:
     """POST /v1/chat/completions."""
-    try:
-        prompt = openai_shapes.messages_text(body.get("messages"), "messages")
-    except ValueError as exc:
-        raise invalid(str(exc), "messages") from None
+    shape = _shape(openai_shapes.CHAT, body)
     n = _int(body, "n", 1, 1_000_000)
     if n is not None and n != 1:
         raise invalid("Only n = 1 is supported (one choice per request).", "n")
-    out = _int(body, "max_completion_tokens", 1, MAX_TASK_TOKENS)
-    if out is None:
-        out = _int(body, "max_tokens", 1, MAX_TASK_TOKENS)
-    return _common(body, headers, prompt, out)
+    return _common(body, headers, shape)
 
 
 def responses_request(body: dict, headers) -> Interactive:
     """POST /v1/responses (`input`: a string or messages; `instructions` counted too)."""
     if body.get("input") is None:
         raise invalid("input is required: a string or a list of messages.", "input")
-    try:
-        prompt = openai_shapes.input_text(body.get("input"), "input")
-    except ValueError as exc:
-        raise invalid(str(exc), "input") from None
-    instructions = body.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise invalid("instructions must be a string.", "instructions")
-        prompt = instructions + prompt
+    shape = _shape(openai_shapes.RESPONSES, body)
     if body.get("background"):
         raise invalid("background responses are not supported; use stream.", "background")
-    out = _int(body, "max_output_tokens", 1, MAX_TASK_TOKENS)
-    return _common(body, headers, prompt, out)
+    return _common(body, headers, shape)

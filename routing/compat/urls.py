@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
-from deploy.paths import both
+from httpedge.paths import both
 from routing.compat import batches, files, models
 from routing.compat.errors import not_found
 from routing.compat.interactive import chat_completions, responses

@@ -1,4 +1,6 @@
-"""Send a Celery task by its registered name, after the current transaction commits.
+"""Send a Celery task by its registered name (routing.core.tasknames); the senders of
+each domain (routing.batches.send, routing.jobs.submit/worker, routing.retirement.notices)
+wrap it, and a service sends after its commit with transaction.on_commit(lambda: ...).
 
 Services never import `routing.tasks`: they name the task here, so the dependency runs
 one way (tasks -> services). A broker that is away loses nothing: the database row is
@@ -11,7 +13,6 @@ from __future__ import annotations
 import logging
 
 from celery import current_app
-from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +32,3 @@ def send_now(task_name: str, *args, countdown: float = 0.0, retry: bool | None =
     except Exception as exc:  # kombu/redis raise many kinds when the broker is away
         logger.warning("%s%s not sent (%s); a sweep will send it", task_name, list(args), exc)
         return False
-
-
-def send_after_commit(task_name: str, *args, countdown: float = 0.0) -> None:
-    """Send `task_name(*args)` once the current transaction commits (at once outside one)."""
-    transaction.on_commit(lambda: send_now(task_name, *args, countdown=countdown))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 # Names echoed back in errors, bounded (defined in the catalog, which imports no routing).
-from catalog.text import ECHO_MAX, cut, echo  # noqa: F401
+from httpedge.text import ECHO_MAX, cut, echo  # noqa: F401
 
 
 def iso(value: dt.datetime | None) -> str | None:

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from routing.core.limits import MAX_PROMPT_CHARS
+from routing.core.limits import MAX_PROMPT_CHARS, MAX_TASK_TOKENS
 
 CHARS_PER_TOKEN = 4
+CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+# Output tokens of a request that names none (live requests and batch lines alike).
+DEFAULT_OUTPUT_TOKENS = 1024
 
 
 def unix(at: dt.datetime | None) -> int | None:
@@ -63,6 +68,68 @@ def input_text(value: Any, where: str = "input") -> str:
 def tokens_of(text: str) -> int:
     """The documented token rule: ceil(characters / 4), at least 1."""
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+class ShapeError(ValueError):
+    """A request body that has no task shape; `param` names the field at fault."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """What an OpenAI request asks of the service: its prompt's text, and its input and
+    output tokens."""
+
+    prompt: str
+    input_tokens: int
+    output_tokens: int
+
+
+def _max_tokens(body: dict, name: str, where: str) -> int | None:
+    value = body.get(name)
+    if value is None:  # absent or null: the next rule
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TASK_TOKENS:
+        raise ShapeError(f"{where}{name} must be an integer from 1 to {MAX_TASK_TOKENS}.", name)
+    return value
+
+
+def request_shape(endpoint: str, body: dict, *, where: str = "") -> RequestShape:
+    """The task shape of an OpenAI body, one rule for live requests (routing.compat.params)
+    and batch lines (routing.batches.validation; `where` "body." prefixes the names in
+    their messages):
+
+    - /v1/chat/completions: the messages' text; `max_completion_tokens`, else
+      `max_tokens`, else DEFAULT_OUTPUT_TOKENS (null counts as absent);
+    - /v1/responses: `instructions` (a string) then `input`'s text; `max_output_tokens`,
+      else DEFAULT_OUTPUT_TOKENS.
+
+    Input tokens by `tokens_of`. ShapeError (a ValueError) names the field at fault."""
+    if endpoint == RESPONSES:
+        try:
+            prompt = input_text(body.get("input"), f"{where}input")
+        except ValueError as exc:
+            raise ShapeError(str(exc), "input") from None
+        instructions = body.get("instructions")
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise ShapeError(f"{where}instructions must be a string.", "instructions")
+            prompt = instructions + prompt
+        out = _max_tokens(body, "max_output_tokens", where)
+    elif endpoint == CHAT:
+        try:
+            prompt = messages_text(body.get("messages"), f"{where}messages")
+        except ValueError as exc:
+            raise ShapeError(str(exc), "messages") from None
+        out = _max_tokens(body, "max_completion_tokens", where)
+        if out is None:
+            out = _max_tokens(body, "max_tokens", where)
+    else:
+        raise ValueError(f"{endpoint} is not an OpenAI endpoint with a task shape.")
+    return RequestShape(prompt, tokens_of(prompt), out or DEFAULT_OUTPUT_TOKENS)
 
 
 def usage_chat(prompt_tokens: int, completion_tokens: int) -> dict:

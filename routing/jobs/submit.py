@@ -16,7 +16,7 @@ from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.accounts import scopes
-from routing.core import dispatch
+from routing.core import dispatch, tasknames
 from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
 from routing.models import Account, ApiKey, Job, QuotaPackage
@@ -268,7 +268,7 @@ def _related_from_memory(job: Job, q: Quote) -> None:
             )
 
 
-RUN_TASK = "routing.run_job"
+RUN_TASK = tasknames.RUN_JOB
 
 
 def send_run(job_id) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -22,14 +23,15 @@ import simengine
 from catalog.engine import predict_on
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
-from routing.core import dispatch, metrics
+from routing.core import dispatch, metrics, tasknames
 from routing.core.clock import sim_scale, wall
+from routing.core.shared import SharedMemo
 from routing.models import Job
-from routing.router import occupancy, timing
+from routing.router import occupancy, snapshot, timing
 
 logger = logging.getLogger(__name__)
 
-FINISH_TASK = "routing.finish_job"
+FINISH_TASK = tasknames.FINISH_JOB
 
 
 def send_finish(job_id, at: dt.datetime) -> None:
@@ -44,21 +46,14 @@ def send_finish(job_id, at: dt.datetime) -> None:
     dispatch.send_now(FINISH_TASK, str(job_id), countdown=delay)
 
 
-def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, float]]:
-    """(finishes_at, share) of the jobs holding slots of a pool at `at`."""
-    return list(
-        Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING, finishes_at__gt=at)
-        .order_by("finishes_at")
-        .values_list("finishes_at", "slot_share")
-    )
-
-
 def slot_start(pool_id: int, share: float, at: dt.datetime) -> dt.datetime:
-    """`next_slot` over the pool's running jobs without reading them while there is
-    room: the pool's running share comes from its counters (every running job, those
+    """When a stream of `share` fits the pool (routing.router.timing.next_slot's rule:
+    now if there is room, else when enough running jobs have ended), without reading
+    the pool's running jobs while there is room: the pool's running share comes from its counters (every running job, those
     past their end and not yet finished included, so it is never below the jobs still
     holding slots). Only a full pool walks its running jobs by end (index order, in
-    chunks) until enough of them have ended: the same answer as `next_slot`."""
+    chunks) until enough of them have ended (tests/routing/jobs/test_occupancy.py holds
+    it equal to reading them all)."""
     busy = occupancy.running_share(pool_id)
     if busy + share <= 1.0 + 1e-9:
         return at
@@ -71,21 +66,6 @@ def slot_start(pool_id: int, share: float, at: dt.datetime) -> dt.datetime:
         busy -= s
         if busy + share <= 1.0 + 1e-9:
             return max(ends, at)
-    return at
-
-
-def next_slot(
-    holding: list[tuple[dt.datetime, float]], share: float, at: dt.datetime
-) -> dt.datetime:
-    """When a stream of `share` fits the pool: now if there is room, else when enough
-    of the running jobs (sorted by end) have finished."""
-    busy = sum(s for _, s in holding)
-    if busy + share <= 1.0 + 1e-9:
-        return at
-    for ends, s in holding:
-        busy -= s
-        if busy + share <= 1.0 + 1e-9:
-            return ends
     return at
 
 
@@ -294,16 +274,20 @@ def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
         return job
 
 
-_tier_slugs: dict[int, str] = {}
+# Tier slugs for metric labels (a handful of tiers): kept while the catalog's generation
+# holds (a tier renamed in the admin drops them; checked at most once a second).
+TIER_SLUGS = SharedMemo(snapshot.CATALOG, check_seconds=1.0, keep_without_cache=True).register()
 
 
 def tier_slug(tier_id: int) -> str:
-    """A tier's slug for metric labels (a handful of tiers; looked up once a process)."""
-    if tier_id not in _tier_slugs:
-        _tier_slugs[tier_id] = (
-            Tier.objects.filter(pk=tier_id).values_list("slug", flat=True).first() or "?"
-        )
-    return _tier_slugs[tier_id]
+    """A tier's slug for metric labels."""
+    now = time.monotonic()
+    token = TIER_SLUGS.sync(now)
+    slug = TIER_SLUGS.get(tier_id, now)
+    if slug is None:
+        slug = Tier.objects.filter(pk=tier_id).values_list("slug", flat=True).first() or "?"
+        TIER_SLUGS.put(tier_id, slug, now, token)
+    return slug
 
 
 def job_finish_when_due(job_id, *, at: dt.datetime | None = None) -> Job | None:

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from routing.migrations._occupancy_sql import install, uninstall
+from routing.models.occupancy import install, uninstall
 
 
 class Migration(migrations.Migration):

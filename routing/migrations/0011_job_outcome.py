@@ -3,7 +3,7 @@
 import django.utils.timezone
 from django.db import migrations, models
 
-from routing.migrations import _occupancy_sql
+from routing.models import occupancy as _occupancy_sql
 
 
 def reinstall_sqlite_triggers(apps, schema_editor):

@@ -9,6 +9,7 @@ use the same ordering and coverage rules.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,6 +20,7 @@ from django.db.models.signals import m2m_changed
 from django.utils import timezone
 
 from routing.core import shared
+from routing.core.shared import SharedMemo
 from routing.core.sql import as_decimal, as_utc
 from routing.models import Account, QuotaPackage
 from routing.quota.periods import first_period
@@ -84,18 +86,28 @@ class PackageView:
 # (routing.core.shared): a change of a package's models or tiers bumps it, so every
 # replica reads the new scope on its next request (nothing kept without the cache).
 SCOPES = "package-scopes"
-_scopes: dict[int, tuple[str, frozenset[int], frozenset[int]]] = {}
+MEMO = SharedMemo(SCOPES).register()  # package id -> (model ids, tier ids)
 
 
 def clear_scopes(**_kwargs) -> None:
     """Drop this process's scopes and every other process's (a new generation)."""
-    _scopes.clear()
-    shared.bump(SCOPES)
+    shared.clear_memos(SCOPES)
+
+
+def connect_receivers() -> None:
+    """A change of a package's models or tiers drops the scopes everywhere
+    (RoutingConfig.ready)."""
+    m2m_changed.connect(
+        clear_scopes, sender=QuotaPackage.model_versions.through, dispatch_uid="scope-m"
+    )
+    m2m_changed.connect(clear_scopes, sender=QuotaPackage.tiers.through, dispatch_uid="scope-t")
 
 
 def _package_scopes(ids: list[int]) -> dict[int, tuple[frozenset[int], frozenset[int]]]:
-    gen = shared.generation(SCOPES)  # read before the rows: a later bump reloads
-    missing = [i for i in ids if gen is None or i not in _scopes or _scopes[i][0] != gen]
+    now = time.monotonic()
+    token = MEMO.sync(now)  # before the rows: a later bump reloads
+    kept = {i: MEMO.get(i, now) for i in ids}
+    missing = [i for i, scope in kept.items() if scope is None]
     if missing:
         models: dict[int, set[int]] = {i: set() for i in missing}
         tiers: dict[int, set[int]] = {i: set() for i in missing}
@@ -105,13 +117,10 @@ def _package_scopes(ids: list[int]) -> dict[int, tuple[frozenset[int], frozenset
         through_t = QuotaPackage.tiers.through.objects.filter(quotapackage_id__in=missing)
         for pid, tid in through_t.values_list("quotapackage_id", "tier_id"):
             tiers[pid].add(tid)
-        fresh = {i: (frozenset(models[i]), frozenset(tiers[i])) for i in missing}
-        if gen is not None:
-            for i, (m, t) in fresh.items():
-                _scopes[i] = (gen, m, t)
-    else:
-        fresh = {}
-    return {i: fresh[i] if i in fresh else _scopes[i][1:] for i in ids}
+        for i in missing:
+            kept[i] = (frozenset(models[i]), frozenset(tiers[i]))
+            MEMO.put(i, kept[i], now, token)
+    return kept
 
 
 # Read on every quote: a hand-written query (the ORM's query building cost more than
@@ -165,12 +174,6 @@ def account_packages(account: Account | int) -> list[PackageView]:
             tpm,
         ) in rows
     ]
-
-
-m2m_changed.connect(
-    clear_scopes, sender=QuotaPackage.model_versions.through, dispatch_uid="scope-m"
-)
-m2m_changed.connect(clear_scopes, sender=QuotaPackage.tiers.through, dispatch_uid="scope-t")
 
 
 def tied_packages(model) -> QuerySet[QuotaPackage]:

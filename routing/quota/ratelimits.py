@@ -1,7 +1,7 @@
 """Rate limits per account and per package: requests and tokens per minute, counted in
 the shared cache (routing.core.ratelimit) so every replica enforces the same limit.
 
-- An account's requests: every API request it makes (deploy.throttling), at the
+- An account's requests: every API request it makes (routing.api.throttling), at the
   account's `requests_per_minute`, else settings.API_THROTTLE_RATES["account"].
 - An account's tokens: input + output tokens of each job or chat completion it has
   accepted, at its `tokens_per_minute`, else settings.API_TOKENS_PER_MINUTE.

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from catalog import lifecycle
 from catalog.models import ModelVersion
-from routing.core import dispatch
+from routing.core import dispatch, tasknames
 from routing.core.formats import iso
 from routing.core.urls_safe import UnsafeURL, public_opener, webhook_url_check
 from routing.models import Account, Job, Notice
@@ -152,7 +152,7 @@ def notice_json(notice: Notice) -> dict:
 def send_delivery(notice_id) -> None:
     """Deliver the notice's webhook on a worker; beat's sweep sends pending ones later
     when the broker is away."""
-    dispatch.send_now("routing.deliver_notice", str(notice_id))
+    dispatch.send_now(tasknames.DELIVER_NOTICE, str(notice_id))
 
 
 def notices_resend(*, notices: QuerySet[Notice]) -> int:

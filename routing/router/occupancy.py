@@ -1,5 +1,6 @@
 """This service's own work per pool, from the running totals the database keeps
-(routing.models.PoolOccupancy, maintained by triggers in the job's own transaction):
+(routing.models.PoolOccupancy, maintained by triggers in the job's own transaction,
+generated from the rule in routing.models.occupancy):
 no read grows with the number of jobs. `occupancy_mismatches` compares the totals with
 the jobs (`ledger_check` reports it; beat reconciles every minute)."""
 
@@ -9,10 +10,10 @@ import datetime as dt
 import logging
 
 from django.db import connection, transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 
-from routing.migrations._occupancy_sql import FILL
 from routing.models import Job, PoolOccupancy
+from routing.models.occupancy import COUNT_COLUMNS, FILL, SHARE_COLUMNS, totals_by_status
 from routing.router.timing import OwnSlots
 
 logger = logging.getLogger(__name__)
@@ -94,14 +95,7 @@ def own_slots(at: dt.datetime, *, holding: bool = True) -> dict[int, OwnSlots]:
 
 def _actual() -> dict[int, dict]:
     rows = (
-        Job.objects.filter(status__in=Job.ACTIVE)
-        .values("pool_id")
-        .annotate(
-            queued_share=Sum("slot_share", filter=Q(status=Job.Status.QUEUED), default=0.0),
-            running_share=Sum("slot_share", filter=Q(status=Job.Status.RUNNING), default=0.0),
-            queued=Count("id", filter=Q(status=Job.Status.QUEUED)),
-            running=Count("id", filter=Q(status=Job.Status.RUNNING)),
-        )
+        Job.objects.filter(status__in=Job.ACTIVE).values("pool_id").annotate(**totals_by_status())
     )
     return {r["pool_id"]: r for r in rows}
 
@@ -109,7 +103,7 @@ def _actual() -> dict[int, dict]:
 def occupancy_mismatches() -> list[dict]:
     """Pools whose counters differ from their active jobs (a full scan of the active
     jobs: for the periodic check, never on a request path)."""
-    zero = {"queued_share": 0.0, "running_share": 0.0, "queued": 0, "running": 0}
+    zero = {**dict.fromkeys(SHARE_COLUMNS, 0.0), **dict.fromkeys(COUNT_COLUMNS, 0)}
     counted, actual = pool_totals(), _actual()
     out = []
     for pool_id in sorted(set(counted) | set(actual)):

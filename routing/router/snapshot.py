@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from catalog.models import (
     Tier,
 )
 from routing.core import shared
+from routing.core.shared import SharedMemo
 from routing.models import PoolLoad
 from routing.router import occupancy
 from routing.router.route import Benchmark as RouterBenchmark
@@ -48,53 +48,45 @@ POOL_LOAD_TTL_SECONDS = 1.0
 POOL_LOADS_KEY = "router:pool-loads"
 POOL_STATE_KEY = "router:pool-state"
 OWN_QUEUE_UTILISATION = 0.999
-_snapshot_lock = threading.Lock()
-_snapshot: dict[int, tuple[str, float, ModelOption]] = {}
-_catalog_rows: list = [None, 0.0, None]  # [generation, loaded_at, list[ModelVersion]]
+MEMO = SharedMemo(CATALOG, max_age=SNAPSHOT_MAX_AGE_SECONDS).register()
+CATALOG_MODELS = (ModelVersion, ModelFamily, Deployment, Price, Benchmark, Tier, HardwarePool)
 
 
 def clear_snapshot(**_kwargs) -> None:
-    """Drop this process's catalog memo and every other process's (a new generation)."""
-    with _snapshot_lock:
-        _snapshot.clear()
-        _catalog_rows[:] = [None, 0.0, None]
-    shared.bump(CATALOG)
+    """Drop this process's catalog memos and every other process's (a new generation)."""
+    shared.clear_memos(CATALOG)
 
 
-for _model in (ModelVersion, ModelFamily, Deployment, Price, Benchmark, Tier, HardwarePool):
-    post_save.connect(
-        clear_snapshot, sender=_model, dispatch_uid=f"snapshot-save-{_model.__name__}"
-    )
-    post_delete.connect(
-        clear_snapshot, sender=_model, dispatch_uid=f"snapshot-delete-{_model.__name__}"
-    )
-
-
-def _fresh(gen: str | None, memo_gen: str | None, loaded_at: float, now: float) -> bool:
-    return gen is not None and gen == memo_gen and now - loaded_at < SNAPSHOT_MAX_AGE_SECONDS
+def connect_receivers() -> None:
+    """Any save or delete of a catalog row drops the catalog memos everywhere, a
+    PoolLoad's the pool loads (RoutingConfig.ready)."""
+    for model in CATALOG_MODELS:
+        name = model.__name__
+        post_save.connect(clear_snapshot, sender=model, dispatch_uid=f"snapshot-save-{name}")
+        post_delete.connect(clear_snapshot, sender=model, dispatch_uid=f"snapshot-delete-{name}")
+    post_save.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-save")
+    post_delete.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-delete")
 
 
 def catalog_rows() -> list[ModelVersion]:
     """Every model version with family, successor and recommended tier (kept while the
     catalog's shared generation holds)."""
-    gen = shared.generation(CATALOG)  # read before the rows: a later bump reloads
-    memo_gen, loaded_at, rows = _catalog_rows
     now = time.monotonic()
-    if rows is None or not _fresh(gen, memo_gen, loaded_at, now):
+    token = MEMO.sync(now)  # before the rows: a later bump reloads
+    rows = MEMO.get("rows", now)
+    if rows is None:
         rows = list(ModelVersion.objects.select_related("family", "successor", "successor_tier"))
-        _catalog_rows[:] = [gen, now, rows]
+        MEMO.put("rows", rows, now, token)
     return rows
 
 
 def model_option(model: ModelVersion) -> ModelOption:
-    gen = shared.generation(CATALOG)
     now = time.monotonic()
-    cached = _snapshot.get(model.pk)
-    if cached and _fresh(gen, cached[0], cached[1], now):
-        return cached[2]
-    option = _build_option(model)
-    with _snapshot_lock:
-        _snapshot[model.pk] = (gen, now, option)
+    token = MEMO.sync(now)
+    option = MEMO.get(model.pk, now)
+    if option is None:
+        option = _build_option(model)
+        MEMO.put(model.pk, option, now, token)
     return option
 
 
@@ -215,10 +207,6 @@ def clear_pool_loads(**_kwargs) -> None:
     _drop_pool_loads()
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(_drop_pool_loads)
-
-
-post_save.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-save")
-post_delete.connect(clear_pool_loads, sender=PoolLoad, dispatch_uid="pool-load-delete")
 
 
 def own_pool_occupancy() -> dict[int, float]:

@@ -8,6 +8,7 @@ import random
 from celery import shared_task
 
 from routing.batches.files import files_expire_due
+from routing.core import tasknames
 from routing.quota import quota_reset_due
 from routing.retirement.day import retirements_apply_due
 from routing.retirement.notices import (
@@ -20,7 +21,7 @@ from routing.router.occupancy import occupancy_reconcile
 from routing.tasks.base import RETRY, reset_connections
 
 
-@shared_task(name="routing.reset_quota_periods", ignore_result=True, **RETRY)
+@shared_task(name=tasknames.RESET_QUOTA_PERIODS, ignore_result=True, **RETRY)
 def reset_quota_periods() -> int:
     """Start the new period of every package whose reset is due (beat, every minute).
     Running it twice resets once."""
@@ -28,21 +29,21 @@ def reset_quota_periods() -> int:
     return quota_reset_due()
 
 
-@shared_task(name="routing.apply_retirements", ignore_result=True, **RETRY)
+@shared_task(name=tasknames.APPLY_RETIREMENTS, ignore_result=True, **RETRY)
 def apply_retirements() -> dict:
     """The retirement day's quota policies (beat, every minute; idempotent, resumable)."""
     reset_connections()
     return retirements_apply_due()
 
 
-@shared_task(name="routing.announce_notices", ignore_result=True, **RETRY)
+@shared_task(name=tasknames.ANNOUNCE_NOTICES, ignore_result=True, **RETRY)
 def announce_notices() -> int:
     """Notices for announced retirements not yet told (beat, every minute)."""
     reset_connections()
     return notices_announce_due()
 
 
-@shared_task(name="routing.expire_files", ignore_result=True, **RETRY)
+@shared_task(name=tasknames.EXPIRE_FILES, ignore_result=True, **RETRY)
 def expire_files() -> int:
     """Delete the content of batch output and error files past their expiry (beat,
     every hour; idempotent)."""
@@ -51,7 +52,7 @@ def expire_files() -> int:
 
 
 @shared_task(
-    name="routing.deliver_notice",
+    name=tasknames.DELIVER_NOTICE,
     bind=True,
     ignore_result=True,
     max_retries=WEBHOOK_MAX_ATTEMPTS - 1,
@@ -71,7 +72,7 @@ def backoff_seconds(retries: int) -> float:
     return min(600.0, 5.0 * 2**retries) * random.uniform(0.5, 1.0)
 
 
-@shared_task(name="routing.reconcile_occupancy", ignore_result=True, **RETRY)
+@shared_task(name=tasknames.RECONCILE_OCCUPANCY, ignore_result=True, **RETRY)
 def reconcile_occupancy() -> int:
     """Check each pool's occupancy counters against its jobs; rewrite them (and log a
     warning) when they differ (beat, every minute). The number of pools that differed."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from deploy import throttling
+from routing.api import throttling
 from routing.core import ratelimit
 from routing.models import Job, QuotaPackage, QuotaReservation
 from tests.helpers import ApiClient

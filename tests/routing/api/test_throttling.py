@@ -12,9 +12,9 @@ from django.core.cache import cache
 from django.test import override_settings
 from drf_spectacular.generators import SchemaGenerator
 
-from deploy import throttling
 from deploy.settings import env_rate, half_rate
 from routing.accounts.accounts import account_create
+from routing.api import throttling
 from tests.helpers import GDPVAL, ApiClient
 
 PROBLEM = "application/problem+json"

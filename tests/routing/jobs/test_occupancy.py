@@ -87,6 +87,31 @@ def test_a_drifted_counter_is_reported_and_reconciled(api, account):
     call_command("ledger_check", stdout=StringIO())
 
 
+def pool_occupancy(pool_id: int, at: dt.datetime) -> list[tuple[dt.datetime, float]]:
+    """The oracle's input: (finishes_at, share) of the jobs holding slots of a pool at `at`,
+    every one read."""
+    return list(
+        Job.objects.filter(pool_id=pool_id, status=Job.Status.RUNNING, finishes_at__gt=at)
+        .order_by("finishes_at")
+        .values_list("finishes_at", "slot_share")
+    )
+
+
+def next_slot(
+    holding: list[tuple[dt.datetime, float]], share: float, at: dt.datetime
+) -> dt.datetime:
+    """The oracle: when a stream of `share` fits the pool, from every running job (sorted
+    by end): now if there is room, else when enough of them have finished."""
+    busy = sum(s for _, s in holding)
+    if busy + share <= 1.0 + 1e-9:
+        return at
+    for ends, s in holding:
+        busy -= s
+        if busy + share <= 1.0 + 1e-9:
+            return ends
+    return at
+
+
 def test_a_full_pool_walks_the_running_jobs_like_next_slot(api):
     from tests.routing.jobs.test_jobs import fill_pool, small_pool
 
@@ -95,5 +120,32 @@ def test_a_full_pool_walks_the_running_jobs_like_next_slot(api):
     pool_id = ran[0].pool_id
     for at in sorted({j.started_at for j in ran} | {j.finishes_at for j in ran}):
         for share in (ran[0].slot_share, 0.5, 1.0):
-            want = jobs_worker.next_slot(jobs_worker.pool_occupancy(pool_id, at), share, at)
+            want = next_slot(pool_occupancy(pool_id, at), share, at)
             assert jobs_worker.slot_start(pool_id, share, at) == want
+
+
+def _words(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def test_the_installed_triggers_are_the_ones_generated_from_the_rule():
+    """The database's triggers (installed by the migrations) are the SQL that
+    routing.models.occupancy generates from Job.ACTIVE and COUNTED, on either database."""
+    from django.db import connection
+
+    from routing.models import occupancy as rule
+
+    assert set(rule.COUNTED) == set(Job.ACTIVE)
+    with connection.cursor() as cur:
+        if connection.vendor == "sqlite":
+            cur.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' "
+                "AND tbl_name = 'routing_job' ORDER BY name"
+            )
+            installed = sorted(_words(row[0]) for row in cur.fetchall())
+            assert installed == sorted(_words(sql) for sql in rule.SQLITE_UP)
+        else:
+            cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'routing_job_occupancy'")
+            (body,) = cur.fetchone()
+            generated = rule.POSTGRES_UP.split("$$")[1]
+            assert _words(body) == _words(generated)

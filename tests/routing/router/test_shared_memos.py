@@ -84,3 +84,33 @@ def test_pool_loads_are_shared_and_dropped_on_a_pool_load_save():
     PoolLoad.objects.create(pool_id=pool_id, background_utilisation=0.5)
     assert cache.get(snapshot.POOL_LOADS_KEY) is None
     assert snapshot.pool_loads()[pool_id] == 0.5
+
+
+def test_the_workers_tier_slugs_follow_a_change_of_the_tier():
+    from catalog.models import Tier
+    from routing.jobs import worker
+
+    tier = make_tier("standard")
+    assert worker.tier_slug(tier.pk) == "standard"
+    Tier.objects.filter(pk=tier.pk).update(slug="renamed")  # no signal: still kept
+    assert worker.tier_slug(tier.pk) == "standard"
+    tier.refresh_from_db()
+    tier.slug = "fast"
+    tier.save()  # the catalog's receiver drops every catalog memo, this one included
+    assert worker.tier_slug(tier.pk) == "fast"
+
+
+def test_clear_memos_drops_every_registered_memo():
+    from routing.accounts import keys
+    from routing.jobs import worker
+    from routing.quota import packages
+
+    names = {memo.name for memo in shared.MEMOS}
+    assert {snapshot.CATALOG, packages.SCOPES, keys.GENERATION} <= names
+    assert worker.TIER_SLUGS in shared.MEMOS
+    model = make_model("m1")
+    snapshot.catalog_rows()
+    snapshot.model_option(model)
+    assert snapshot.MEMO.entries
+    shared.clear_memos()
+    assert all(not memo.entries for memo in shared.MEMOS)

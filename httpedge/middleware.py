@@ -21,14 +21,14 @@ from django.utils.deprecation import MiddlewareMixin
 from rest_framework import status
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from deploy.problems import (
+from httpedge.openai_errors import envelope_from_problem
+from httpedge.problems import (
     UNAVAILABLE_ERRORS,
     plain_page,
     problem_body,
     problem_response,
     unavailable_response,
 )
-from routing.compat.errors import envelope_from_problem
 
 # The widest integer column (bigint): an id past it names no row anywhere.
 INT64_MAX = 2**63 - 1
@@ -134,7 +134,7 @@ def _refused(request):
 
 class ServiceUnavailableMiddleware(MiddlewareMixin):
     """A plain (non-DRF) view under /api/ whose database or broker is away answers the
-    same 503 problem as the DRF views (deploy.problems.UNAVAILABLE_ERRORS), even with
+    same 503 problem as the DRF views (httpedge.problems.UNAVAILABLE_ERRORS), even with
     DEBUG on; DRF views answer it from their exception handler. (MiddlewareMixin: sync
     and async.)"""
 

@@ -21,9 +21,8 @@ def database_ok() -> tuple[bool, str]:
 
 
 def broker_ok(timeout: float = 2.0) -> tuple[bool, str]:
+    from celery import current_app as app  # the project's app (deploy.celery), set current
     from django.conf import settings
-
-    from deploy.celery import app
 
     try:
         # The URL from settings (what the app was configured with), read at call time.

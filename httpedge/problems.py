@@ -24,7 +24,7 @@ from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from catalog.text import cut
+from httpedge.text import cut
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _flatten_validation(detail: Any, prefix: str = "") -> list[dict[str, str]]:
 # The database or the broker is away (or refused for a moment: a lost connection, a
 # lock or statement timeout): not the client's fault nor a bug, so 503 and a hint when
 # to try again, never a 500. The one list, used by the DRF handler, the middleware for
-# plain views under /api/ (deploy.middleware) and the 500 handler.
+# plain views under /api/ (httpedge.middleware) and the 500 handler.
 UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     DatabaseOperationalError,
     DatabaseInterfaceError,

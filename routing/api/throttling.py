@@ -1,6 +1,6 @@
-"""API request throttling: per account (per client address without a key), and a
-stricter rate for writes; the client address behind trusted proxies; the 429 in the
-OpenAPI schema.
+"""API request throttling: per account (per client address without a key, the address
+of httpedge.clientip), and a stricter rate for writes; the same throttles for the DRF
+views and the /v1/ views outside DRF (check_throttles); the 429 in the OpenAPI schema.
 
 Counts are fixed windows in the shared cache (routing.core.ratelimit: one Lua script on
 Redis, atomic across replicas; on the file cache of the quick start two requests at the
@@ -13,16 +13,18 @@ x-ratelimit-* headers (RateLimitHeadersMiddleware).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import time
 
 from django.conf import settings
 from django.utils.deprecation import MiddlewareMixin
+from rest_framework.exceptions import AuthenticationFailed, Throttled
+from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
-from routing.accounts.keys import KeyRejected, api_key_authenticate
+from httpedge.clientip import client_ip
+from routing.accounts.auth import request_principal
 from routing.core import metrics, ratelimit
 from routing.core.ratelimit import Counter
 from routing.quota import ratelimits
@@ -33,24 +35,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 parse_rate = ratelimits.parse_rate  # '1200/min' -> (1200, 60)
-
-
-def client_ip(request) -> str | None:
-    """The client's address: REMOTE_ADDR, or, behind TRUSTED_PROXY_COUNT proxies, the
-    address the outermost trusted proxy put in X-Forwarded-For (entries further left
-    are the client's own word); None when there is no valid address (django-axes stores
-    it in an address column). Also the address of the admin login lockout."""
-    address = request.META.get("REMOTE_ADDR")
-    proxies = settings.TRUSTED_PROXY_COUNT
-    if proxies > 0:
-        forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-        forwarded = [a for a in forwarded if a]
-        if len(forwarded) >= proxies:
-            address = forwarded[-proxies]
-    try:
-        return str(ipaddress.ip_address(address or ""))
-    except ValueError:
-        return None
 
 
 def now() -> float:
@@ -126,6 +110,31 @@ class WriteRateThrottle(RateThrottle):
         return request.method not in SAFE_METHODS
 
 
+class _Caller:
+    """What a throttle reads of a request (DRF's Request has it too), for a view outside
+    DRF: the principal, the method, the environment and the Django request."""
+
+    def __init__(self, request, principal) -> None:
+        self.user = principal
+        self.method = request.method
+        self.META = request.META
+        self._request = request
+
+
+def check_throttles(request, principal) -> None:
+    """The API's throttles (REST_FRAMEWORK's DEFAULT_THROTTLE_CLASSES) for a view outside
+    DRF (the /v1/ chat completions and responses), as DRF's APIView.check_throttles
+    runs them: every one counts, and any refusal raises Throttled with the longest wait."""
+    caller = _Caller(request, principal)
+    waits = []
+    for throttle_class in api_settings.DEFAULT_THROTTLE_CLASSES:
+        throttle = throttle_class()
+        if not throttle.allow_request(caller, None):
+            waits.append(throttle.wait())
+    if waits:
+        raise Throttled(wait=max((w for w in waits if w is not None), default=None))
+
+
 RATE_LIMITED_DESCRIPTION = (
     "too many requests from this caller (an account; without a key, an address): "
     "`rate-limited` problem, Retry-After says when to try again"
@@ -197,16 +206,13 @@ def remember_requests(request, counter: Counter, used: int, at: float) -> None:
 
 
 def _caller_account(request):
-    """The account of the request's key when no DRF view authenticated it (a URL that
-    matches no view, a view without authentication): None without a valid key."""
-    header = request.headers.get("Authorization", "")
-    parts = header.split()
-    if len(parts) != 2 or parts[0].lower() != "bearer":
-        return None
+    """The account of the request's key when no throttle ran (a URL that matches no view,
+    a view without authentication): None without a valid key."""
     try:
-        return api_key_authenticate(parts[1]).account
-    except KeyRejected:
+        principal = request_principal(request)
+    except AuthenticationFailed:
         return None
+    return principal.account if principal is not None else None
 
 
 def _standings(request):

@@ -3,7 +3,7 @@ accept, is a 400 problem naming the parameter, never silently ignored."""
 
 from __future__ import annotations
 
-from deploy.problems import Problem
+from httpedge.problems import Problem
 
 
 def invalid_parameter(name: str, detail: str) -> Problem:

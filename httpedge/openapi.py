@@ -3,10 +3,10 @@ SPECTACULAR_SETTINGS) documents the RFC 9457 problem responses every operation c
 in one place, instead of each view listing them.
 
 - Every operation: 400 (a bad query parameter or header, a NUL character anywhere) and
-  503 with Retry-After (the database or broker is away: deploy.problems).
+  503 with Retry-After (the database or broker is away: httpedge.problems).
 - Operations that need an API key: 401. Operations with a path parameter: 404.
 - Operations with a request body: 413 (over DATA_UPLOAD_MAX_MEMORY_SIZE) and 415.
-- 429 with Retry-After on throttled operations: deploy.throttling.document_rate_limits,
+- 429 with Retry-After on throttled operations: routing.api.throttling.document_rate_limits,
   the hook after this one.
 Every 4xx/5xx response a view declared without a body (an `OpenApiResponse` with only a
 description) gets the problem+json body too; one declared with its own body keeps it.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy.problems import PROBLEM_CONTENT_TYPE
+from httpedge.problems import PROBLEM_CONTENT_TYPE
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 

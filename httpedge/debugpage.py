@@ -3,7 +3,7 @@ and never with credentials in them (issue 13).
 
 - `debug_page_local_only`: a client that is not loopback (127.0.0.0/8, ::1) nor in
   INTERNAL_IPS, or that came through a proxy (X-Forwarded-For), gets the same answer
-  as with DEBUG off (the problem+json of deploy.problems) instead of the technical 500
+  as with DEBUG off (the problem+json of httpedge.problems) instead of the technical 500
   or 404 page, which shows code, settings and the request's environment.
 - `CredentialsFilter` (DEFAULT_EXCEPTION_REPORTER_FILTER): the debug page and error
   reports hide, besides what Django hides (names with KEY, PASS, SECRET, TOKEN...), every
@@ -22,7 +22,7 @@ from django.core.signals import got_request_exception
 from django.views.debug import SafeExceptionReporterFilter
 from rest_framework.response import Response
 
-from deploy import problems
+from httpedge import problems
 
 # scheme://user:password@host: a URL that carries a password (the user may be empty).
 URL_WITH_PASSWORD = re.compile(r"[a-z][a-z0-9+.\-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
@@ -50,7 +50,7 @@ def _remember_exception(sender, request=None, **kwargs):  # noqa: ARG001
         request._uncaught_exception = sys.exc_info()[1]
 
 
-got_request_exception.connect(_remember_exception, dispatch_uid="deploy.debugpage")
+got_request_exception.connect(_remember_exception, dispatch_uid="httpedge.debugpage")
 
 
 def debug_page_local_only(get_response):
@@ -58,7 +58,7 @@ def debug_page_local_only(get_response):
         response = get_response(request)
         if not settings.DEBUG or is_local_client(request) or not _is_debug_page(response):
             return response
-        # Answer what the handlers answer with DEBUG off (deploy.problems).
+        # Answer what the handlers answer with DEBUG off (httpedge.problems).
         if response.status_code == 404:
             return problems.handler404(request)
         if response.status_code == 400:  # a SuspiciousOperation (Django logged it)

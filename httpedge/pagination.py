@@ -7,9 +7,9 @@ from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 
-from catalog.text import echo
-from deploy.problems import Problem
-from deploy.query import query_int, query_value
+from httpedge.problems import Problem
+from httpedge.query import query_int, query_value
+from httpedge.text import echo
 
 
 def invalid_cursor() -> Problem:
