@@ -36,6 +36,55 @@ PROBLEM_TYPES: dict[str, ProblemType] = {
         "a number that is not finite, a NUL character).",
         "Send a valid JSON object with Content-Type: application/json.",
     ),
+    "key-read-only": P(
+        "Not allowed for this key",
+        403,
+        "The API key is read-only: it may only read (GET).",
+        "Use a key that may write, or ask an admin key's holder to make one (POST /api/v1/keys).",
+    ),
+    "key-model-not-allowed": P(
+        "Not allowed for this key",
+        403,
+        "The API key may only use the models it lists (`models`), and this is not one of them.",
+        "Use one of the key's models, or a key allowed this one.",
+    ),
+    "key-tier-not-allowed": P(
+        "Not allowed for this key",
+        403,
+        "The API key may only use the tiers it lists (`tiers`).",
+        "Ask for one of the key's tiers, or let the router choose.",
+    ),
+    "key-batches-not-allowed": P(
+        "Not allowed for this key",
+        403,
+        "The API key may not create batches (`batches: false`).",
+        "Use a key that may create batches.",
+    ),
+    "key-not-admin": P(
+        "Not allowed for this key",
+        403,
+        "Managing keys (create, rotate, revoke, list) takes a key with the admin role.",
+        "Use an admin key of the account.",
+    ),
+    "key-spend-limit": P(
+        "Not allowed for this key",
+        403,
+        "The request would take the API key past its spending cap for the period "
+        "(`spend_limit` per `spend_period`).",
+        "Wait for the next period, raise the key's cap, or use another key.",
+    ),
+    "key-revoked": P(
+        "Key revoked",
+        409,
+        "A revoked key cannot be rotated.",
+        "Make a new key with POST /api/v1/keys.",
+    ),
+    "key-not-found": P(
+        "Unknown key",
+        404,
+        "No key of this account has that id.",
+        "List the account's keys with GET /api/v1/keys.",
+    ),
     "invalid-request": P(
         "Invalid request",
         400,

@@ -17,7 +17,7 @@ def account_create(
 ) -> tuple[Account, str]:
     """A new account with one key and a default monthly package on every model."""
     account = Account.objects.create(name=name, auto_migrate=auto_migrate)
-    _, raw = api_key_create(account=account)
+    _, raw = api_key_create(account=account, role="admin")  # the owner's key
     package_create(
         account=account,
         name="Main (monthly)",

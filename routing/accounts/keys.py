@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import secrets
 import time
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection
@@ -93,9 +95,12 @@ def hash_key(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_key_create(*, account: Account, name: str = "default") -> tuple[ApiKey, str]:
+def api_key_create(*, account: Account, name: str = "default", **scopes) -> tuple[ApiKey, str]:
+    """A new key (`scopes`: ApiKey's fields, e.g. role, expires_at, allowed_models)."""
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(account=account, name=name, prefix=raw[:12], key_hash=hash_key(raw))
+    key = ApiKey.objects.create(
+        account=account, name=name, prefix=raw[:12], key_hash=hash_key(raw), **scopes
+    )
     return key, raw
 
 
@@ -110,6 +115,13 @@ def api_key_revoke(*, key: ApiKey, at: dt.datetime | None = None) -> ApiKey:
     return key
 
 
+def _json_list(value) -> list:
+    """A JSON column as a raw cursor returns it: decoded (PostgreSQL) or text (SQLite)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return list(value or [])
+
+
 class KeyRejected(Exception):
     pass
 
@@ -118,7 +130,10 @@ class KeyRejected(Exception):
 # building cost more than the query itself on the quote path).
 _AUTH_SQL = (
     "SELECT k.id, k.name, k.prefix, k.created_at, k.last_used_at, k.revoked_at, "
-    "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute "
+    "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute, "
+    "a.default_tier, a.default_deadline_seconds, "
+    "k.role, k.expires_at, k.allowed_models, k.allowed_tiers, k.read_only, k.allow_batches, "
+    "k.requests_per_minute, k.tokens_per_minute, k.spend_limit, k.spend_period "
     f"FROM {ApiKey._meta.db_table} k JOIN {Account._meta.db_table} a ON a.id = k.account_id "
     "WHERE k.key_hash = %s"
 )
@@ -158,10 +173,27 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         acreated,
         rpm,
         tpm,
+        default_tier,
+        default_deadline,
+        role,
+        expires,
+        allowed_models,
+        allowed_tiers,
+        read_only,
+        allow_batches,
+        key_rpm,
+        key_tpm,
+        spend_limit,
+        spend_period,
     ) = row
-    created, last_used, revoked, acreated = map(as_utc, (created, last_used, revoked, acreated))
+    created, last_used, revoked, acreated, expires = map(
+        as_utc, (created, last_used, revoked, acreated, expires)
+    )
     if revoked is not None:
         raise KeyRejected(f"This API key was revoked on {revoked:%Y-%m-%d %H:%M} UTC.")
+    at = at or timezone.now()
+    if expires is not None and at >= expires:
+        raise KeyRejected(f"This API key expired on {expires:%Y-%m-%d %H:%M:%S} UTC.")
     account = Account(
         id=aid,
         name=aname,
@@ -169,6 +201,8 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         created_at=acreated,
         requests_per_minute=rpm,
         tokens_per_minute=tpm,
+        default_tier=default_tier,
+        default_deadline_seconds=default_deadline,
     )
     key = ApiKey(
         id=kid,
@@ -179,8 +213,17 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         created_at=created,
         last_used_at=last_used,
         revoked_at=revoked,
+        role=role,
+        expires_at=expires,
+        allowed_models=_json_list(allowed_models),
+        allowed_tiers=_json_list(allowed_tiers),
+        read_only=bool(read_only),
+        allow_batches=bool(allow_batches),
+        requests_per_minute=key_rpm,
+        tokens_per_minute=key_tpm,
+        spend_limit=None if spend_limit is None else Decimal(str(spend_limit)),
+        spend_period=spend_period,
     )
-    at = at or timezone.now()
     if key.last_used_at is None or at - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=at)
         # the memo's row knows the new last use (same expiry)

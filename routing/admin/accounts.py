@@ -22,7 +22,7 @@ from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
 class ApiKeyInline(admin.TabularInline):
     model = ApiKey
     extra = 0
-    fields = ["prefix", "name", "created_at", "last_used_at", "revoked_at"]
+    fields = ["prefix", "name", "role", "created_at", "last_used_at", "expires_at", "revoked_at"]
     readonly_fields = fields
     can_delete = False
 
@@ -147,10 +147,18 @@ class AccountAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "account", "name", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["revoked_at"]
+    list_display = ["prefix", "account", "name", "role", "last_used_at", "revoked_at"]
+    list_filter = ["role", "read_only", "revoked_at"]
     search_fields = ["prefix", "account__name", "name"]
-    readonly_fields = ["account", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "account",
+        "prefix",
+        "key_hash",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+        "rotated_to",
+    ]
     actions = ["revoke"]
 
     def has_add_permission(self, request):

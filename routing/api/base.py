@@ -9,8 +9,10 @@ from rest_framework.views import APIView
 
 from catalog import lifecycle
 from httpedge.pagination import ListCursorPagination
+from httpedge.problems import Problem
 from httpedge.query import invalid_parameter, query_value
 from routing.accounts.auth import BearerKeyAuthentication, HasAccount, KeyPrincipal
+from routing.accounts.scopes import KeyNotAllowed, check_method
 from routing.core.formats import echo
 
 
@@ -39,11 +41,24 @@ class ClientAPIView(APIView):
         if method not in self.http_method_names or not hasattr(self, method):
             self.http_method_not_allowed(request)
         super().perform_authentication(request)
+        if isinstance(request.user, KeyPrincipal):
+            try:
+                check_method(request.user.key, request.method)
+            except KeyNotAllowed as exc:
+                raise key_problem(exc) from None
 
     def permission_denied(self, request, message=None, code=None):
         if not isinstance(request.user, KeyPrincipal):
             raise NotAuthenticated(HasAccount.message)
         super().permission_denied(request, message, code)
+
+
+def key_problem(exc: KeyNotAllowed) -> Problem:
+    """403: the key's scopes refuse the request (routing.accounts.scopes), the reason
+    in `detail` and its slug in `type`."""
+    return Problem(
+        status_code=403, slug=exc.code, title="Not allowed for this key", detail=str(exc)
+    )
 
 
 def filter_choice(request, qs, name: str, choices):

@@ -11,6 +11,7 @@ from rest_framework.reverse import reverse
 
 from httpedge.problems import Problem
 from httpedge.query import query_value
+from routing.accounts.scopes import check_batches
 from routing.api.base import ClientAPIView, NewestFirstPagination, filter_choice
 from routing.api.errors import domain_problems
 from routing.api.parsers import BoundedJSONParser
@@ -46,6 +47,7 @@ def create_batch(request, account) -> Batch:
     ser.is_valid(raise_exception=True)
     d = ser.validated_data
     with domain_problems(request):
+        check_batches(request.user.key)
         return batch_create(
             account=account,
             input_file_id=d["input_file_id"],
@@ -53,6 +55,7 @@ def create_batch(request, account) -> Batch:
             completion_window=d["completion_window"],
             start_at=d.get("start_at"),
             metadata=d.get("metadata"),
+            api_key_id=request.user.key.pk,
         )
 
 

@@ -16,7 +16,8 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse
 
 from httpedge.problems import Problem
-from routing.api.base import model_url
+from routing.accounts.scopes import KeyNotAllowed
+from routing.api.base import key_problem, model_url
 from routing.api.shapes import candidate_brief, candidate_json
 from routing.batches.errors import BatchError
 from routing.batches.files import FileRejected
@@ -67,6 +68,10 @@ BATCH_STATUS: dict[str, int] = {
     "storage-full": 413,
 }
 BATCH_TITLE: dict[int, str] = {404: "Not found", 409: "Conflict", 413: "Too large"}
+
+
+def key_not_allowed(exc: KeyNotAllowed, request, model: str) -> Problem:
+    return key_problem(exc)
 
 
 def model_unknown(exc: ModelUnknown, request, model: str) -> Problem:
@@ -227,6 +232,7 @@ def fixed_problem(exc: Exception, request, model: str) -> Problem:
 # Exception class -> the function that builds its problem (looked up along the MRO, so
 # a subclass such as BatchNotCancellable takes its base class's entry).
 PROBLEM_BUILDERS: dict[type[Exception], Callable[[Exception, object, str], Problem]] = {
+    KeyNotAllowed: key_not_allowed,
     ModelUnknown: model_unknown,
     ModelRetired: model_retired,
     ModelNotServing: model_not_serving,

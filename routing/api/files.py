@@ -47,7 +47,12 @@ def upload_file(request, account) -> File:
             parameter="file",
         )
     with domain_problems(request):
-        return file_create(account=account, purpose=request.data.get("purpose", ""), upload=upload)
+        return file_create(
+            account=account,
+            purpose=request.data.get("purpose", ""),
+            upload=upload,
+            api_key_id=request.user.key.pk,
+        )
 
 
 class FileListView(ClientAPIView, generics.GenericAPIView):

@@ -94,6 +94,7 @@ class JobListView(ClientAPIView, generics.GenericAPIView):
                 request=route_request_from(data),
                 prompt=prompt,
                 idempotency_key=key,
+                api_key=request.user.key,
             )
         job = sub.job  # a new job comes with its model, tier, pool and package (in memory)
         if not sub.created:

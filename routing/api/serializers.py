@@ -13,7 +13,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from routing.api.validation import PlainValidator, route_request_problems
-from routing.batches.params import ENDPOINTS, WINDOW_PATTERN
+from routing.batches.errors import BatchError
+from routing.batches.params import ENDPOINTS, WINDOW_PATTERN, check_metadata
 from routing.core.formats import cut
 from routing.core.limits import (
     MAX_DEADLINE_SECONDS,
@@ -243,10 +244,58 @@ class QuotaListSerializer(serializers.Serializer):
     data = QuotaPackageSerializer(many=True)
 
 
+# Batch metadata: at most 16 keys (routing.batches.params.check_metadata). The keys' 64
+# characters need `propertyNames`, which OpenAPI 3.0 does not have (the description says).
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": 512},
+        "maxProperties": 16,
+        "nullable": True,
+    }
+)
+class MetadataField(serializers.DictField):
+    pass
+
+
+class StrictCharField(serializers.CharField):
+    """A string as sent (a number is refused, not turned into text)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class BoundedMetadataField(MetadataField):
+    """Metadata checked by OpenAI's rule (routing.batches.params.check_metadata) as it
+    is read."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("child", serializers.CharField(allow_blank=True, max_length=512))
+        kwargs.setdefault(
+            "help_text", "At most 16 keys (64 characters each) with string values (512)."
+        )
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            check_metadata(data)  # as sent: a number is not a string
+        except BatchError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return super().to_internal_value(data)
+
+
 class JobRequestSerializer(RouteRequestSerializer):
     """The quote's fields plus an optional prompt."""
 
     prompt = serializers.CharField(required=False, allow_blank=True, max_length=MAX_PROMPT_CHARS)
+    user = StrictCharField(
+        required=False,
+        max_length=256,
+        help_text="Your end user (OpenAI's `user`): recorded on the job, for usage by user.",
+    )
+    metadata = BoundedMetadataField(required=False)
 
 
 class JobPredictedSerializer(TimingsSerializer):
@@ -332,6 +381,11 @@ class JobSerializer(serializers.Serializer):
     package = PackageRefSerializer()
     time_scale = serializers.FloatField(help_text="Simulated seconds per wall second.")
     error = serializers.CharField(allow_blank=True)
+    api_key_id = serializers.IntegerField(
+        allow_null=True, help_text="The key that sent the job (GET /api/v1/keys)."
+    )
+    user = serializers.CharField(allow_null=True, help_text="Your end user, as sent.")
+    metadata = serializers.DictField(child=serializers.CharField())
     output = JobOutputSerializer(required=False, help_text="Detail view of a finished job.")
 
 
@@ -396,20 +450,6 @@ class WindowField(serializers.CharField):
         kwargs.setdefault("trim_whitespace", False)
         kwargs.setdefault("validators", [RegexValidator(WINDOW_PATTERN, message)])
         super().__init__(**kwargs)
-
-
-# Batch metadata: at most 16 keys (routing.batches.params.check_metadata). The keys' 64
-# characters need `propertyNames`, which OpenAPI 3.0 does not have (the description says).
-@extend_schema_field(
-    {
-        "type": "object",
-        "additionalProperties": {"type": "string", "maxLength": 512},
-        "maxProperties": 16,
-        "nullable": True,
-    }
-)
-class MetadataField(serializers.DictField):
-    pass
 
 
 class BoundedChoiceField(serializers.ChoiceField):

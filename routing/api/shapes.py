@@ -142,6 +142,9 @@ def job_json(job: Job, *, detail: bool = False, full_output: bool = False) -> di
         },
         "time_scale": sim_scale(),
         "error": job.error,
+        "api_key_id": job.api_key_id,
+        "user": job.user or None,
+        "metadata": job.metadata or {},
     }
     if detail and done:
         if full_output:

@@ -28,6 +28,7 @@ def batch_create(
     scheduled_for: dt.datetime | None = None,
     retry_of: Batch | None = None,
     at: dt.datetime | None = None,
+    api_key_id: int | None = None,
 ) -> Batch:
     """Write a batch in `validating`; the validation task runs after commit. Raises
     BatchError for a bad argument (the file is someone else's or not a batch input, an
@@ -64,6 +65,7 @@ def batch_create(
             completion_window=window_text,
             window_seconds=window,
             metadata=metadata or {},
+            api_key_id=api_key_id,
             schedule=schedule,
             scheduled_for=scheduled_for,
             retry_of=retry_of,

@@ -82,7 +82,14 @@ def _measure(stream, *, max_bytes: int, max_lines: int | None) -> tuple[int, int
     return size, lines, digest.hexdigest()
 
 
-def file_create(*, account: Account, purpose: str, upload, filename: str | None = None) -> File:
+def file_create(
+    *,
+    account: Account,
+    purpose: str,
+    upload,
+    filename: str | None = None,
+    api_key_id: int | None = None,
+) -> File:
     """Store an uploaded file (a Django UploadedFile or any binary stream). A batch input
     is refused at once when it is over 200 MB or 50,000 non-empty lines, or empty; its
     lines are checked when a batch is created from it."""
@@ -97,7 +104,9 @@ def file_create(*, account: Account, purpose: str, upload, filename: str | None 
         raise FileRejected("The file has no requests (one JSON object a line).", code="empty-file")
     _check_room(account, size)  # early, before the content is written
     upload.seek(0)
-    return _store(account, purpose, name, upload, size, lines, sha, capped=True)
+    return _store(
+        account, purpose, name, upload, size, lines, sha, capped=True, api_key_id=api_key_id
+    )
 
 
 def files_bytes(account: Account) -> int:
@@ -146,12 +155,23 @@ def file_write(*, account: Account, purpose: str, filename: str, lines: Iterable
 
 
 def _store(
-    account, purpose, name, stream, size, lines, sha, *, capped: bool = False, expires_at=None
+    account,
+    purpose,
+    name,
+    stream,
+    size,
+    lines,
+    sha,
+    *,
+    capped: bool = False,
+    expires_at=None,
+    api_key_id=None,
 ) -> File:
     """With `capped` (a client's upload), the account's storage cap is checked again
     under a lock on the account, so concurrent uploads cannot pass it together."""
     f = File(
         account=account,
+        api_key_id=api_key_id,
         purpose=purpose,
         filename=name,
         bytes=size,

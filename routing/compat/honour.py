@@ -91,6 +91,12 @@ TABLE: tuple[Param, ...] = (
     Param("prompt_cache_options", BOTH, REFUSED, "any value"),
     Param("deadline_seconds", BOTH, HONOURED, "ours: the deadline (or `X-Deadline-Seconds`)"),
     Param("task", BOTH, HONOURED, "ours: the benchmark `auto` chooses by"),
+    Param(
+        "models",
+        BOTH,
+        HONOURED,
+        "fallbacks, OpenRouter's shape: tried in order when a model is retired, out of quota, rate-limited or cannot meet the deadline",
+    ),
 )
 BY_NAME = {
     (p.name, e): p for p in TABLE for e in ((CHAT, RESPONSES) if p.where == BOTH else (p.where,))

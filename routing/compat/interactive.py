@@ -30,6 +30,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -39,6 +40,8 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import NotAuthenticated
 
 from routing.accounts.auth import HasAccount, request_principal
+from routing.accounts.defaults import tier_choice
+from routing.accounts.scopes import check_method
 from routing.agents.answer import Answer
 from routing.api.base import client_deprecation_headers
 from routing.api.errors import domain_problems
@@ -48,6 +51,7 @@ from routing.compat import answering, honour, params
 from routing.compat.errors import error_response, exception_response
 from routing.core import openai_shapes
 from routing.core.formats import cut
+from routing.core.limits import MAX_DEADLINE_SECONDS
 from routing.core.openai_shapes import service_tier_word, unix
 from routing.jobs.interactive import (
     Interactive,
@@ -59,6 +63,7 @@ from routing.jobs.interactive import (
 from routing.jobs.output import planned_answer, synthetic_output
 from routing.models import Job
 from routing.router import timing
+from routing.router.route import RouteRequest
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -83,14 +88,14 @@ def _db(fn: Callable) -> Callable:
     return sync_to_async(run)
 
 
-def _account(request):
-    """The caller's account (401 without a key), within its request rate (429 past it):
-    what a DRF view of the API does before its handler."""
+def _principal(request):
+    """The caller (401 without a key), within its request rate (429 past it): what a
+    DRF view of the API does before its handler."""
     principal = request_principal(request)
     if principal is None:
         raise NotAuthenticated(HasAccount.message)
     check_throttles(request, principal)
-    return principal.account
+    return principal
 
 
 def _begin(request, endpoint: str):
@@ -98,7 +103,10 @@ def _begin(request, endpoint: str):
     with the same Idempotency-Key). (request, Interactive, headers, key), or an error
     response in OpenAI's envelope."""
     try:
-        account = _account(request)
+        principal = _principal(request)
+        account = principal.account
+        with domain_problems(request):
+            check_method(principal.key, request.method)
         key = idempotency_key_of(request)
         body = params.body_of(request.body, request.content_type or "")
         read = params.chat_request if endpoint == CHAT else params.responses_request
@@ -116,13 +124,15 @@ def _begin(request, endpoint: str):
             started = interactive_start(
                 account=account,
                 model=req.model,
-                request=req.route_request(),
+                request=with_defaults(req, account),
                 prompt=req.prompt,
                 payload=req.payload(endpoint),
                 stream=req.stream,
                 idempotency_key=key,
                 job_id=job_id,
                 answer=answering.stored_answer(answer, word, h, echo),
+                fallbacks=req.fallbacks,
+                api_key=principal.key,
             )
         if started.replayed:
             headers = {"Idempotent-Replayed": "true"}
@@ -136,6 +146,19 @@ def _begin(request, endpoint: str):
         if response is None:
             raise
         return response
+
+
+def with_defaults(req: params.Interactive, account) -> RouteRequest:
+    """The request's route, with the account's defaults where it named no tier or
+    deadline (routing.accounts.defaults)."""
+    choice = tier_choice(
+        sent=req.service_tier, tier=req.tier, deadline_seconds=req.deadline_seconds, account=account
+    )
+    return replace(
+        req.route_request(),
+        tier=choice.tier,
+        deadline_seconds=choice.deadline_seconds or MAX_DEADLINE_SECONDS,
+    )
 
 
 def deadline_headers(job: Job) -> dict[str, str]:

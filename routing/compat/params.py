@@ -10,12 +10,14 @@ Rules (documented in the README's compatibility table):
   (responses); openai_shapes.DEFAULT_OUTPUT_TOKENS (1024) when absent or null: one rule with batch
   lines, routing.core.openai_shapes.request_shape;
 - `service_tier`: auto, default (= standard), flex, priority, ultrafast (and our
-  standard, fast); absent means auto: the router picks the cheapest tier that meets
-  the deadline (with no deadline: the cheapest tier);
+  standard, fast); absent, or auto without a deadline, takes the account's defaults
+  (routing.accounts.defaults: Standard unless the account set another);
 - the deadline (simulated seconds): `deadline_seconds` in the body (the SDK's
   `extra_body`) or the `X-Deadline-Seconds` header;
 - model "auto" chooses among models by a task class: `task` in the body
-  (e.g. "swe-bench-pro").
+  (e.g. "swe-bench-pro");
+- `models` (OpenRouter's shape): fallback models tried in order after `model`
+  (routing.jobs.interactive), at most MAX_FALLBACKS.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
 USER_MAX = 256
+MAX_FALLBACKS = 5
 
 
 def invalid(message: str, param: str | None = None) -> Problem:
@@ -62,7 +65,7 @@ class Interactive:
     input_tokens: int
     output_tokens: int
     tier: str | None
-    service_tier: str  # the word the client sent (auto when absent)
+    service_tier: str | None  # the word the client sent (None when absent)
     deadline_seconds: float | None
     task: str | None
     stream: bool
@@ -71,6 +74,7 @@ class Interactive:
     user: str | None = None
     limit_sent: bool = True  # the body set the output limit (else the default)
     answer: dict | None = None  # what decides the answer (honour.Honoured.fingerprint)
+    fallbacks: list[str] = field(default_factory=list)
 
     def route_request(self) -> RouteRequest:
         return RouteRequest(
@@ -97,6 +101,7 @@ class Interactive:
             "metadata": self.metadata,
             "user": self.user,
             "answer": self.answer,
+            **({"models": self.fallbacks} if self.fallbacks else {}),
         }
 
 
@@ -165,10 +170,10 @@ def deadline_of(body: dict, headers) -> float | None:
     return float(value)
 
 
-def _tier(body: dict) -> tuple[str | None, str]:
+def _tier(body: dict) -> tuple[str | None, str | None]:
     word = body.get("service_tier")
     if word is None:
-        return None, "auto"
+        return None, None
     if not isinstance(word, str):
         raise invalid("service_tier must be a string.", "service_tier")
     try:
@@ -200,6 +205,23 @@ def _shape(endpoint: str, body: dict) -> openai_shapes.RequestShape:
         return openai_shapes.request_shape(endpoint, body)
     except openai_shapes.ShapeError as exc:
         raise invalid(str(exc), exc.param) from None
+
+
+def _fallbacks(body: dict) -> list[str]:
+    models = body.get("models")
+    if models is None:
+        return []
+    if (
+        not isinstance(models, list)
+        or len(models) > MAX_FALLBACKS
+        or not all(isinstance(m, str) and m.strip() and len(m) <= 80 for m in models)
+    ):
+        raise invalid(
+            f"models must be a list of at most {MAX_FALLBACKS} model ids or aliases "
+            "(fallbacks tried in order).",
+            "models",
+        )
+    return [m.strip() for m in models]
 
 
 def _common(body: dict, headers, shape: openai_shapes.RequestShape) -> Interactive:
@@ -234,6 +256,7 @@ def _common(body: dict, headers, shape: openai_shapes.RequestShape) -> Interacti
         metadata=_metadata(body),
         user=user,
         limit_sent=shape.limit_sent,
+        fallbacks=_fallbacks(body),
     )
 
 

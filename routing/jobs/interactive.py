@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -44,11 +45,12 @@ from django.utils import timezone
 
 from routing import quota
 from routing.core.clock import wall
-from routing.jobs.errors import InteractiveFailed
+from routing.jobs.errors import InteractiveFailed, NoTierChosen
 from routing.jobs.submit import job_submit
 from routing.jobs.worker import _settle, job_claim, job_finish
 from routing.models import Account, Job
 from routing.quota.packages import credits
+from routing.router.resolve import ModelRetired
 from routing.router.route import RouteRequest, tokens_cost
 from routing.router.snapshot import model_option
 
@@ -121,6 +123,8 @@ def interactive_start(
     at: dt.datetime | None = None,
     job_id=None,
     answer: dict | None = None,
+    fallbacks: Sequence[str] = (),
+    api_key=None,
 ) -> Interactive:
     """Accept an interactive request: quote, job row and reservation, and its slot
     booked, in one transaction (a streamed one starts with 0 tokens delivered). With an
@@ -128,18 +132,68 @@ def interactive_start(
     (the native jobs' rule, routing.jobs.submit). Raises what job_submit raises
     (NoTierChosen, quota.QuotaExhausted, ModelRetired, ModelUnknown, AutoNeedsTask,
     IdempotencyMismatch, IdempotencyConflict ...). `job_id`: the new job's id (its answer
-    may be seeded by it); `answer`: the answer planned for it (Job.answer)."""
+    may be seeded by it); `answer`: the answer planned for it (Job.answer).
+
+    `fallbacks` (OpenRouter's `models: [...]`): models tried in order, each in a
+    transaction of its own, when the one before is refused for a reason another model
+    may not share (`may_fall_back`: retired, no quota, rate-limited, no tier meets the
+    deadline); the job names the model that served. All refused: the first model's
+    refusal (a fallback that is unknown or refused otherwise is passed over)."""
     at = at or timezone.now()
+    payload = {"model": model, **(payload or {})}
+    tried = [model, *(m for m in fallbacks if m != model)]
+    first_refusal = None
+    for candidate in tried:
+        try:
+            return _start_one(
+                account,
+                candidate,
+                request,
+                prompt,
+                payload,
+                stream,
+                idempotency_key,
+                at,
+                api_key,
+                job_id,
+                answer,
+            )
+        except Exception as exc:
+            if first_refusal is None:
+                if not may_fall_back(exc):
+                    raise
+                first_refusal = exc
+            # a fallback refused for any reason (unknown too): the next one
+    raise first_refusal
+
+
+def may_fall_back(exc: BaseException) -> bool:
+    """A refusal that the next model of a fallback list may not meet: retired, no quota
+    left, rate-limited, or no tier meeting the deadline (or paid for)."""
+    if isinstance(exc, (ModelRetired, quota.QuotaExhausted, quota.RateLimited)):
+        return True
+    return isinstance(exc, NoTierChosen) and exc.quote.decision.outcome in FALLBACK_OUTCOMES
+
+
+# Route outcomes (routing.router.route.RouteDecision) another model may not share.
+FALLBACK_OUTCOMES = frozenset({"deadline", "quota", "max_cost"})
+
+
+def _start_one(
+    account, model, request, prompt, payload, stream, idempotency_key, at, key, job_id, answer
+):
     with transaction.atomic():
         sub = job_submit(
             account=account,
-            payload={"model": model, **(payload or {})},
+            payload=payload,
             request=request,
             prompt=prompt,
             idempotency_key=idempotency_key,
             at=at,
             send=False,
             job_id=job_id,
+            route_model=model,
+            api_key=key,
         )
         if sub.created and answer is not None:
             Job.objects.filter(pk=sub.job.pk).update(answer=answer)

@@ -15,10 +15,11 @@ from django.utils import timezone
 from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
+from routing.accounts import scopes
 from routing.core import dispatch, tasknames
 from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
-from routing.models import Account, Job, QuotaPackage
+from routing.models import Account, ApiKey, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
@@ -46,22 +47,33 @@ def job_submit(
     at: dt.datetime | None = None,
     send: bool = True,
     job_id: uuid.UUID | None = None,
+    route_model: str | None = None,
+    api_key: ApiKey | None = None,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
     as an interactive request does). Raises NoTierChosen, quota.QuotaExhausted,
     ModelRetired (and the quote's other refusals), IdempotencyConflict/Mismatch.
-    `job_id`: the new job's id (a replay gives seeded ids; random otherwise)."""
+    `job_id`: the new job's id (a replay gives seeded ids; random otherwise).
+    `route_model`: the model to quote and run (default `payload["model"]`; a fallback
+    tried in place of the model the payload names, which stays the fingerprint's).
+    `api_key`: the key that sent it (its scopes checked: routing.accounts.scopes); the payload's `user` and `metadata` (bounded by
+    the caller's validation) are recorded on the job too."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
         replay = _replay(account, idempotency_key, digest)
         if replay is not None:
             return Submission(replay, False, None)
-    q = quote_build(account=account, model=payload["model"], request=request, at=at)
+    route_model = route_model or payload["model"]
+    if api_key is not None:
+        scopes.check_model(api_key, route_model)
+        scopes.check_tier(api_key, request.tier)
+    q = quote_build(account=account, model=route_model, request=request, at=at)
     chosen = q.decision.chosen
     if chosen is None:
         raise NoTierChosen(q)
+    scopes.check_spend(api_key, chosen.cost, at)
     taken = None
     try:
         with transaction.atomic():
@@ -89,6 +101,7 @@ def job_submit(
             # paying package's requests and tokens (RateLimited rolls the job back).
             taken = take_for_work(
                 account=account,
+                key=api_key,
                 package_id=reservation.package_id,
                 tokens=request.input_tokens + request.output_tokens,
                 package_limits=_limits_read(q, reservation.package_id),
@@ -96,7 +109,7 @@ def job_submit(
             job = _create_job(
                 job_id,
                 account,
-                payload,
+                route_model,
                 request,
                 prompt,
                 idempotency_key,
@@ -105,6 +118,8 @@ def job_submit(
                 model,
                 reservation,
                 at,
+                api_key.pk if api_key is not None else None,
+                payload,
             )
             _related_from_memory(job, q)
             if send:
@@ -200,14 +215,30 @@ def placement_fields(
 
 
 def _create_job(
-    job_id, account, payload, request, prompt, key, digest, q: Quote, model, reservation, at
+    job_id,
+    account,
+    requested,
+    request,
+    prompt,
+    key,
+    digest,
+    q: Quote,
+    model,
+    reservation,
+    at,
+    api_key_id=None,
+    who: dict | None = None,
 ) -> Job:
+    who = who or {}
     return Job.objects.create(
         id=job_id,
         account=account,
+        api_key_id=api_key_id,
+        user=who.get("user") or "",
+        metadata=who.get("metadata") or {},
         idempotency_key=key,
         request_fingerprint=digest,
-        requested_model=payload["model"],
+        requested_model=requested,
         model=model,
         requested_tier=request.tier,
         input_tokens=request.input_tokens,

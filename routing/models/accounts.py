@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from routing.core.limits import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
 from routing.core.urls_safe import UnsafeURL, webhook_url_check
+
+DEFAULT_TIER_CHOICES = [
+    ("standard", "Standard"),
+    ("flex", "Flex"),
+    ("priority", "Priority"),
+    ("ultrafast", "Ultrafast"),
+    ("auto", "Auto (the cheapest tier meeting the default deadline)"),
+]
 
 
 class Account(models.Model):
@@ -34,6 +44,24 @@ class Account(models.Model):
         blank=True,
         help_text="Input + output tokens of accepted jobs and completions per minute; "
         "blank: the service default (API_TOKENS_PER_MINUTE).",
+    )
+    # What an OpenAI-shaped request that names no tier gets (routing.compat.defaults).
+    default_tier = models.CharField(
+        max_length=16,
+        choices=DEFAULT_TIER_CHOICES,
+        default="standard",
+        help_text="The tier of a /v1 request that sends no service_tier (OpenAI's default "
+        "is Standard); auto: the cheapest tier meeting the default deadline.",
+    )
+    default_deadline_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[
+            MinValueValidator(MIN_DEADLINE_SECONDS),
+            MaxValueValidator(MAX_DEADLINE_SECONDS),
+        ],
+        help_text="Simulated seconds: the deadline of a service_tier 'auto' request that "
+        "sends none; blank: such a request is served on Standard.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -65,7 +93,17 @@ class Account(models.Model):
 
 
 class ApiKey(models.Model):
-    """A bearer key. Only its SHA-256 is stored; the key is shown once, at creation."""
+    """A bearer key. Only its SHA-256 is stored; the key is shown once, at creation.
+    Its scopes (issue 27) are checked by routing.accounts.scopes."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin (may manage the account's keys)"
+        MEMBER = "member", "Member"
+
+    class Period(models.TextChoices):
+        DAY = "day", "Day"
+        WEEK = "week", "ISO week"
+        MONTH = "month", "Calendar month"
 
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=120, default="default")
@@ -74,6 +112,31 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.MEMBER)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from then on (a rotated key's overlap ends)."
+    )
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Model ids or aliases it may use; empty: all."
+    )
+    allowed_tiers = models.JSONField(
+        default=list, blank=True, help_text="Tiers it may ask for; empty: all."
+    )
+    read_only = models.BooleanField(default=False, help_text="GET only: no jobs, files, batches.")
+    allow_batches = models.BooleanField(default=True, help_text="May create batches.")
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    spend_limit = models.DecimalField(
+        max_digits=18,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Credits this key may spend per spend_period; blank: no cap of its own.",
+    )
+    spend_period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
+    rotated_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["account", "-created_at"]

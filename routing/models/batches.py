@@ -10,7 +10,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from catalog.models import HardwarePool, ModelVersion, Tier
-from routing.models.accounts import Account
+from routing.models.accounts import Account, ApiKey
 from routing.models.quota import CREDIT, QuotaReservation
 
 
@@ -33,6 +33,14 @@ class File(models.Model):
 
     id = models.CharField(primary_key=True, max_length=40, default=_file_id, editable=False)
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="files")
+    api_key = models.ForeignKey(
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="files",
+        help_text="The key that uploaded it (empty: written by the service).",
+    )
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     filename = models.CharField(max_length=255)
     bytes = models.BigIntegerField()
@@ -114,6 +122,14 @@ class Batch(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="batches")
+    api_key = models.ForeignKey(
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="batches",
+        help_text="The key that created it (empty: a schedule or the service).",
+    )
     # NULL once the file was deleted after the batch ended (OpenAI allows it; the batch's
     # requests and results keep what it needs). Refused while the batch runs.
     input_file = models.ForeignKey(

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from catalog.models import HardwarePool, ModelVersion, Tier
-from routing.models.accounts import Account
+from routing.models.accounts import Account, ApiKey
 from routing.models.quota import CREDIT, QuotaPackage, QuotaReservation
 
 
@@ -81,6 +81,13 @@ class Job(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="jobs")
+    # Who did it (issue 27): the key that sent the job, the OpenAI `user` and `metadata`
+    # (bounded as OpenAI bounds them: 16 pairs, keys 64 and values 512 characters).
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    user = models.CharField(max_length=256, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
     # NULL, not "": the unique constraint applies only to requests that sent a key.
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64)

@@ -98,15 +98,21 @@ def take_for_work(
     package_id: int | None,
     tokens: int,
     package_limits: tuple[int | None, int | None] | None = None,
+    key=None,
 ) -> WorkTaken:
     """Count one accepted job or completion of `tokens` tokens against the account's
-    tokens and the paying package's requests and tokens, all or nothing. Raises
+    tokens, the key's own requests and tokens per minute (`key`, if it sets them) and
+    the paying package's requests and tokens, all or nothing. Raises
     RateLimited when one of them would go past its limit. `package_limits`: the
     package's (requests, tokens) per minute as the caller read them in this request."""
     wanted: list[tuple[Counter, int]] = []
     account_tokens = token_counter(account)
     if account_tokens is not None:
         wanted.append((account_tokens, tokens))
+    if key is not None and key.requests_per_minute is not None:
+        wanted.append((Counter(f"req:key-{key.pk}", key.requests_per_minute, 60), 1))
+    if key is not None and key.tokens_per_minute is not None:
+        wanted.append((Counter(f"tok:key-{key.pk}", key.tokens_per_minute, 60), tokens))
     package_requests, package_tokens = package_counters(package_id, package_limits)
     if package_requests is not None:
         wanted.append((package_requests, 1))
@@ -117,7 +123,13 @@ def take_for_work(
     if not result.ok:
         c = result.refused
         what = "tokens" if c.name.startswith("tok:") else "requests"
-        whose = "the paying package" if "package-" in c.name else "this account"
+        whose = (
+            "the paying package"
+            if "package-" in c.name
+            else "this key"
+            if ":key-" in c.name
+            else "this account"
+        )
         if what == "tokens" and tokens > c.limit:
             message = (
                 f"This request's {tokens} tokens exceed {whose}'s limit of {c.limit} "

@@ -71,6 +71,30 @@ def test_each_tier(live, tier, served):
     assert c.choices[0].finish_reason == "length"  # it filled max_completion_tokens
 
 
+def test_no_service_tier_is_served_on_standard(live):
+    """OpenAI's own default: an SDK call that omits service_tier (issue 27)."""
+    c = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, max_completion_tokens=20
+    )
+    assert c.service_tier == "default" and c.tier == "standard"
+    r = live.client.responses.create(model="sol", input="Hi", max_output_tokens=5)
+    assert r.service_tier == "default" and r.tier == "standard"
+    c = live.client.chat.completions.create(
+        model="sol", messages=MESSAGES, service_tier="auto", max_completion_tokens=20
+    )
+    assert c.service_tier == "default"  # auto, no deadline, none of the account's
+
+
+def test_a_fallback_serves_when_the_model_is_retired(live):
+    c = live.client.chat.completions.create(
+        model="gpt-5.3-codex-spark",
+        messages=MESSAGES,
+        max_completion_tokens=5,
+        extra_body={"models": ["sol"]},
+    )
+    assert c.model == "gpt-5.6-sol"
+
+
 def test_auto_with_a_deadline_picks_the_cheapest_tier_that_meets_it(live):
     # 1,024 output tokens on Sol: Standard ~20 s, Priority ~9 s, Ultrafast ~3 s.
     c = live.client.chat.completions.create(

@@ -1,0 +1,107 @@
+"""What a key may do (issue 27): its scopes, checked where the work is asked for.
+
+- `read_only`: only GET, HEAD and OPTIONS;
+- `allow_batches`: may create batches;
+- `allowed_models`: the model names (ids or aliases, as sent) it may ask for; empty: all;
+- `allowed_tiers`: the tiers it may name; empty: all (a request that lets the router
+  choose is not restricted);
+- `role`: an admin key may manage the account's keys (routing.api.keys);
+- `spend_limit` per `spend_period` (UTC calendar day, ISO week, month): the credits
+  its jobs may take (charged, or reserved while they run), checked when one is
+  accepted (requests accepted at the same instant may pass it together, by their own
+  cost at most);
+- `requests_per_minute` / `tokens_per_minute`: counted with the account's and the
+  package's for each accepted job or completion (routing.quota.ratelimits).
+
+A refusal is `KeyNotAllowed` (403, its reason in the message and `code`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from django.db.models import Case, DecimalField, F, Sum, Value, When
+
+from routing.models import ApiKey, Job
+from routing.quota.periods import period_start_for
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class KeyNotAllowed(Exception):
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def check_method(key: ApiKey, method: str) -> None:
+    if key.read_only and method.upper() not in SAFE_METHODS:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) is read-only: {method.upper()} is not allowed.",
+            "key-read-only",
+        )
+
+
+def model_allowed(key: ApiKey, model: str) -> bool:
+    allowed = key.allowed_models or []
+    return not allowed or model.strip().lower() in {m.lower() for m in allowed}
+
+
+def check_model(key: ApiKey, model: str) -> None:
+    if not model_allowed(key, model):
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) may not use model {model[:80]!r}; it may use "
+            f"{', '.join(key.allowed_models)}.",
+            "key-model-not-allowed",
+        )
+
+
+def check_tier(key: ApiKey, tier: str | None) -> None:
+    allowed = key.allowed_tiers or []
+    if tier is not None and allowed and tier not in allowed:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) may not use tier {tier}; it may use {', '.join(allowed)}.",
+            "key-tier-not-allowed",
+        )
+
+
+def check_batches(key: ApiKey) -> None:
+    if not key.allow_batches:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) may not create batches.", "key-batches-not-allowed"
+        )
+
+
+def check_manage_keys(key: ApiKey) -> None:
+    if key.role != ApiKey.Role.ADMIN:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) may not manage keys: that takes an admin key.",
+            "key-not-admin",
+        )
+
+
+def key_spent(key_id: int, since: dt.datetime) -> Decimal:
+    """Credits the key's jobs since `since` took: charged, or reserved while active."""
+    taken = Case(
+        When(cost__isnull=False, then=F("cost")),
+        When(status__in=Job.ACTIVE, then=F("predicted_cost")),
+        default=Value(Decimal(0)),
+        output_field=DecimalField(max_digits=18, decimal_places=6),
+    )
+    total = Job.objects.filter(api_key_id=key_id, created_at__gte=since).aggregate(n=Sum(taken))
+    return total["n"] or Decimal(0)
+
+
+def check_spend(key: ApiKey | None, amount: Decimal, at: dt.datetime) -> None:
+    """Refuse work that would take the key past its spending cap this period."""
+    if key is None or key.spend_limit is None:
+        return
+    start = period_start_for(key.spend_period, at)
+    spent = key_spent(key.pk, start)
+    if spent + amount > key.spend_limit:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) has a cap of {key.spend_limit:.2f} credits per "
+            f"{key.spend_period}; {spent:.2f} spent, this request needs {amount:.4f}.",
+            "key-spend-limit",
+        )
