@@ -134,6 +134,14 @@ def probe_model(api, e):
     assert ok(send(api, e, model="sol"))["model"] == "gpt-5.6-sol"
 
 
+def probe_models(api, e):
+    # fallbacks (issue 27): the first model serves when it can; anything but a list of
+    # model names is a 400 naming `models` (a retired model falling back is tested with
+    # the SDK in test_chat_sdk.py)
+    assert ok(send(api, e, models=["luna"]))["model"] == "gpt-5.6-sol"
+    refused(send(api, e, models="luna"), "models")
+
+
 def probe_task(api, e):
     # model "auto" with a task works on a fresh catalog (the serving models' benchmarks)
     assert ok(send(api, e, model="auto", task="swe-bench-pro", **max_tokens_key(e, 5)))["model"]
@@ -352,6 +360,7 @@ def probe_deadline(api, e):
 HONOURED = {
     "model": probe_model,
     "task": probe_task,
+    "models": probe_models,
     "messages": probe_messages,
     "input": probe_input,
     "instructions": probe_instructions,
