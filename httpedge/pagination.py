@@ -119,8 +119,8 @@ class ListCursorPagination(CursorPagination):
             {
                 "object": "list",
                 "data": data,
-                "first_id": data[0].get("id") if data else None,
-                "last_id": data[-1].get("id") if data else None,
+                "first_id": _id_text(data[0].get("id")) if data else None,
+                "last_id": _id_text(data[-1].get("id")) if data else None,
                 "has_more": self.has_next,
                 "next": self.get_next_link(),
                 "previous": self.get_previous_link(),
@@ -161,3 +161,9 @@ class ListCursorPagination(CursorPagination):
                 "previous": {"type": "string", "nullable": True, "format": "uri"},
             },
         }
+
+
+def _id_text(value):
+    """first_id / last_id are strings, as OpenAI's lists have them, whatever the id's
+    type (an API key's id is a number)."""
+    return None if value is None else str(value)

@@ -22,6 +22,7 @@ from routing.accounts.scopes import check_manage_keys
 from routing.api.base import ClientAPIView, NewestFirstPagination
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
+from routing.api.serializers import CreditsField, StrictBooleanField, StrictCharField
 from routing.api.shapes import money
 from routing.core.formats import cut, iso
 from routing.models import ApiKey
@@ -29,11 +30,14 @@ from simengine import TIERS
 
 
 class KeyCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=120, default="default")
+    name = StrictCharField(max_length=120, default="default")
     role = serializers.ChoiceField(choices=ApiKey.Role.values, default="member")
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
     models = serializers.ListField(
-        child=serializers.CharField(max_length=80), max_length=50, required=False, default=list
+        child=StrictCharField(max_length=80, trim_whitespace=False),
+        max_length=50,
+        required=False,
+        default=list,
     )
     tiers = serializers.ListField(
         child=serializers.ChoiceField(choices=list(TIERS)),
@@ -41,17 +45,15 @@ class KeyCreateSerializer(serializers.Serializer):
         required=False,
         default=list,
     )
-    read_only = serializers.BooleanField(default=False)
-    batches = serializers.BooleanField(default=True)
+    read_only = StrictBooleanField(default=False)
+    batches = StrictBooleanField(default=True)
     rpm = serializers.IntegerField(
         min_value=1, max_value=10_000_000, required=False, allow_null=True
     )
     tpm = serializers.IntegerField(
         min_value=1, max_value=10_000_000_000, required=False, allow_null=True
     )
-    spend_limit = serializers.DecimalField(
-        max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True
-    )
+    spend_limit = CreditsField(required=False, allow_null=True)
     spend_period = serializers.ChoiceField(choices=ApiKey.Period.values, default="month")
 
 
@@ -118,9 +120,11 @@ class KeyAdminView(ClientAPIView):
             check_manage_keys(request.user.key)
 
     def own_key(self, key_id: str) -> ApiKey:
+        # A revoked key is gone for clients (as OpenAI's deleted keys are; the admin
+        # keeps the record); ASCII digits only ('¹'.isdigit() is true), at most 18.
         k = (
-            ApiKey.objects.filter(account=self.account, pk=int(key_id)).first()
-            if key_id.isdigit()
+            ApiKey.objects.filter(account=self.account, pk=int(key_id), revoked_at=None).first()
+            if key_id.isascii() and key_id.isdigit() and len(key_id) <= 18
             else None
         )
         if k is None:
@@ -163,7 +167,7 @@ class KeyListView(KeyAdminView, generics.GenericAPIView):
 
     @extend_schema(responses=KeySerializer(many=True))
     def get(self, request):
-        page = self.paginate_queryset(ApiKey.objects.filter(account=self.account))
+        page = self.paginate_queryset(ApiKey.objects.filter(account=self.account, revoked_at=None))
         return self.get_paginated_response([key_json(k) for k in page])
 
 
@@ -186,17 +190,23 @@ class KeyRotateView(KeyAdminView):
 
     parser_classes = [BoundedJSONParser]
 
-    @extend_schema(request=KeyRotateSerializer, responses={201: KeySerializer, **PROBLEM_RESPONSES})
+    @extend_schema(
+        request=KeyRotateSerializer,
+        responses={
+            201: KeySerializer,
+            **PROBLEM_RESPONSES,
+        },
+    )
     def post(self, request, key_id):
         old = self.own_key(key_id)
-        ser = KeyRotateSerializer(data=request.data or {})
-        ser.is_valid(raise_exception=True)
-        if old.revoked_at is not None:
+        if not isinstance(request.data, dict):  # a body must be a JSON object (or none)
             raise Problem(
-                status_code=409,
-                slug="key-revoked",
-                title="Key revoked",
-                detail=f"Key {old.pk} is revoked: make a new key instead.",
+                status_code=400,
+                slug="invalid-request",
+                title="Invalid request",
+                detail="The body must be a JSON object (or empty).",
             )
+        ser = KeyRotateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
         new, raw = key_rotate(key=old, overlap_seconds=ser.validated_data["overlap_seconds"])
         return Response(key_json(new, raw), status=status.HTTP_201_CREATED)

@@ -46,6 +46,11 @@ class CreditsField(serializers.DecimalField):
     def __init__(self, **kwargs):
         super().__init__(max_digits=18, decimal_places=6, min_value=Decimal(0), **kwargs)
 
+    def validate_empty_values(self, data):
+        if data == "":  # no number (DRF would read it as null where null is allowed)
+            self.fail("invalid")
+        return super().validate_empty_values(data)
+
 
 # A tier word (routing.core.limits.tier_word reads it, case-insensitive).
 @extend_schema_field({"type": "string", "enum": [*TIERS, *TIER_ALIASES], "nullable": True})
@@ -265,6 +270,15 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false as sent (DRF would also read 0, 1, "yes", "on"...)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
 
 
 class BoundedMetadataField(MetadataField):

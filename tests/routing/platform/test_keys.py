@@ -60,6 +60,7 @@ def test_someone_elses_key_is_a_404(api):
     problem(api.delete(f"/api/v1/keys/{theirs}"), 404, "key-not-found")
     problem(api.post_json(f"/api/v1/keys/{theirs}/rotate", {}), 404, "key-not-found")
     problem(api.get("/api/v1/keys/abc"), 404, "key-not-found")
+    problem(api.get("/api/v1/keys/%C2%B9"), 404, "key-not-found")  # '¹' is a digit
 
 
 def test_scopes_refuse_with_the_reason(api):
@@ -134,7 +135,14 @@ def test_rotate_with_an_overlap_then_revoke(api, account):
     r = api.delete(f"/api/v1/keys/{new['id']}")
     assert r.status_code == 200 and r.json()["revoked_at"]
     assert ApiClient(new["key"]).get("/api/v1/jobs").status_code == 401
-    problem(api.post_json(f"/api/v1/keys/{new['id']}/rotate", {}), 409, "key-revoked")
+    # a revoked key is gone for the client (the admin keeps it): 404 everywhere
+    for gone in (
+        api.get(f"/api/v1/keys/{new['id']}"),
+        api.post_json(f"/api/v1/keys/{new['id']}/rotate", {}),
+        api.delete(f"/api/v1/keys/{new['id']}"),
+    ):
+        problem(gone, 404, "key-not-found")
+    assert new["id"] not in [k["id"] for k in api.get("/api/v1/keys").json()["data"]]
 
 
 def test_an_expired_key_is_refused(api):
@@ -151,6 +159,9 @@ def test_an_expired_key_is_refused(api):
         {"models": "sol"},
         {"rpm": 0},
         {"spend_limit": "-1"},
+        {"models": [0]},
+        {"read_only": 1},
+        {"spend_limit": ""},
         {"spend_period": "year"},
         {"role": "owner"},
     ],
