@@ -177,6 +177,60 @@ def test_cancel_action_cancels_what_it_can_and_reports_the_rest(admin_client, ac
     assert any("Cancelled 1 batch(es)" in m for m in _messages(r))
 
 
+def _bars(html: str) -> list[str]:
+    return re.findall(r'<div role="img" aria-label="[^"]*".*?</div></div>', html, re.S)
+
+
+def _drawn(bar: str) -> dict[str, str]:
+    """The parts of a bar drawn wider than nothing: background -> width (%)."""
+    return {
+        bg: w for w, bg in re.findall(r'width:([\d.]+)%;background:([^"]+)"', bar) if float(w) > 0
+    }
+
+
+def test_a_cancelled_batch_never_shows_a_finished_green_bar(admin_client, account):
+    """Cancelled with every request in flight, a batch ends with all of them done: its
+    bar is neutral, says 'cancelled', and the hatched share is what was cancelled."""
+    t0 = timezone.now()
+    all_in_flight = _started(account, t0, 6)
+    assert batch_advance(all_in_flight.pk, at=t0)["started"] == 6
+    batch_cancel(batch=all_in_flight, at=t0)
+    none_started = _started(account, t0, 4)
+    batch_cancel(batch=none_started, at=t0)
+    r = batch_advance(all_in_flight.pk, at=t0 + dt.timedelta(hours=1))
+    assert r["status"] == Batch.Status.CANCELLED
+    for b in (all_in_flight, none_started):
+        b.refresh_from_db()
+        assert b.status == Batch.Status.CANCELLED
+    assert (all_in_flight.completed, all_in_flight.failed) == (6, 0)
+    assert (none_started.completed, none_started.failed) == (0, 4)
+    finished = _run_to_end(_started(account, t0, 3), t0)
+
+    html = admin_client.get("/admin/routing/batch/").content.decode()
+    bars = _bars(html)
+    assert len(bars) == 3, bars
+    by_label = {re.search(r'aria-label="([^"]*)"', b).group(1): b for b in bars}
+    assert set(by_label) == {
+        "6 of 6 done, 0 cancelled",
+        "0 of 4 done, 4 cancelled",
+        "3 of 3 done",
+    }
+    hatched = "repeating-linear-gradient(135deg,#c9c9c9 0 3px,#e4e4e4 3px 6px)"
+    assert _drawn(by_label["3 of 3 done"]) == {"#3c8f4f": "100.0"}  # completed: green
+    assert _drawn(by_label["6 of 6 done, 0 cancelled"]) == {"#8c9890": "100.0"}
+    assert _drawn(by_label["0 of 4 done, 4 cancelled"]) == {hatched: "100.0"}
+    for label in ("6 of 6 done, 0 cancelled", "0 of 4 done, 4 cancelled"):
+        assert f"cancelled: {label}</span>" in html
+    # the 4 cancelled requests are not written as failed
+    assert "4 failed" not in html
+
+    page = admin_client.get(f"/admin/routing/batch/{none_started.pk}/change/").content.decode()
+    assert "0 / 4 completed, 0 failed, 4 cancelled, 0 running, 0 queued" in page
+    assert "cancelled: 0 of 4 done, 4 cancelled" in page
+    page = admin_client.get(f"/admin/routing/batch/{finished.pk}/change/").content.decode()
+    assert "3 / 3 completed, 0 failed, 0 running, 0 queued" in page and "cancelled:" not in page
+
+
 def test_actions_never_500(admin_client, account, monkeypatch):
     batch = _batch(account, timezone.now())
 
