@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 # Names echoed back in errors, bounded (defined in the catalog, which imports no routing).
 from httpedge.text import ECHO_MAX, cut, echo  # noqa: F401
@@ -24,6 +25,36 @@ def duration_text(seconds: float) -> str:
     if seconds < 7200:
         return f"{num(seconds / 60)} min"
     return f"{num(seconds / 3600)} h"
+
+
+# --- For the API's JSON: one place for how a computed number is sent ------------------
+
+# Significant digits of a computed float in the API's JSON: enough for any timing or
+# rate the simulation can tell apart, and no `1.2000000000000002` from float arithmetic.
+JSON_DIGITS = 6
+
+
+def json_number(value):
+    """A computed float as the API sends it: to JSON_DIGITS significant digits
+    (1.2000000000000002 -> 1.2, 764.9315976 -> 764.932). Anything else (ints, None,
+    bools, non-finite floats) as it is."""
+    if type(value) is float and math.isfinite(value):
+        return float(f"{value:.{JSON_DIGITS}g}")
+    return value
+
+
+def timings_json(timings: dict | None) -> dict | None:
+    """A dict of timings (a prediction, a simulated run) as the API sends it: each float
+    by json_number, and no `*_seconds` below 0 (a wait that is a difference of times
+    can come out a hair negative). None stays None."""
+    if timings is None:
+        return None
+    out = {}
+    for key, value in timings.items():
+        if key.endswith("_seconds") and type(value) in (int, float) and value < 0:
+            value = 0.0
+        out[key] = json_number(value)
+    return out
 
 
 # --- For people (admin pages, charts): one place for how a number reads -----------------
