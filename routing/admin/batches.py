@@ -19,7 +19,7 @@ from routing.admin.base import ReadOnlyAdmin, readable_fields, stacked, when
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.errors import BatchError
 from routing.batches.progress import batch_chart, batch_progress
-from routing.core.formats import credits_text, duration_long, moment
+from routing.core.formats import credits_text, duration_long, moment, rows_to_total
 from routing.models import Batch, BatchRequest, File
 
 logger = logging.getLogger(__name__)
@@ -352,9 +352,15 @@ class BatchAdmin(ReadOnlyAdmin):
 
     @admin.display(description="plan")
     def plan_table(self, obj: Batch):
+        """The plan's lanes with their cost: the rows add up to the total under them, the
+        batch's predicted cost (rounded together, see rows_to_total; what per-request
+        prices rounded to the credit's last digit add or take is its own row)."""
         lanes = _plan_lanes(obj)
         if not lanes:
             return "-"
+        priced = [i for i, x in enumerate(lanes) if x.get("cost") is not None]
+        costs, total = rows_to_total([lanes[i]["cost"] for i in priced])
+        cost_of = dict(zip(priced, costs, strict=True))
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -364,17 +370,28 @@ class BatchAdmin(ReadOnlyAdmin):
                     x.get("pool", "?"),
                     f"{int(x.get('streams') or 0):,}",
                     f"{int(x.get('requests') or 0):,}",
-                    credits_text(x["cost"]) if x.get("cost") is not None else "-",
+                    credits_text(cost_of[i]) if i in cost_of else "-",
                     _seconds(x.get("makespan_seconds")),
                 )
-                for x in lanes
+                for i, x in enumerate(lanes)
             ),
         )
+        shown = total
+        if obj.predicted_cost is not None:
+            shown = rows_to_total([obj.predicted_cost])[1]
+        if shown != total:
+            rows += format_html(
+                '<tr><td colspan="4" class="quiet">rounding of per-request prices</td>'
+                "<td>{}</td><td></td></tr>",
+                f"{shown - total:+,.2f}",
+            )
         return format_html(
             "<table><thead><tr><th>model/tier</th><th>pool</th><th>streams</th>"
             "<th>requests</th><th>cost</th><th>predicted makespan</th></tr></thead>"
-            "<tbody>{}</tbody></table>",
+            '<tbody>{}</tbody><tfoot><tr><th colspan="4">total (the predicted cost)</th>'
+            "<th>{}</th><th></th></tr></tfoot></table>",
             rows,
+            credits_text(shown),
         )
 
     @admin.display(description="plan summary")

@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import re
+from decimal import Decimal
 
 import django.utils.timezone
 import django_celery_beat.schedulers
@@ -128,6 +129,43 @@ def test_a_batch_that_ran_shows_in_the_list_and_on_its_page(admin_client, accoun
     # a malformed batch id in the URL is a bad filter, not a 500
     r = admin_client.get("/admin/routing/batchrequest/?batch=nope")
     assert r.status_code == 302 and r["Location"].endswith("?e=1")
+
+
+def _plan_costs(html: str) -> tuple[list[Decimal], Decimal]:
+    """The cost column of the batch page's plan table (rows, the rounding row if any)
+    and the total under it."""
+    table = re.search(r"<th>model/tier</th>.*?</table>", html, re.S).group(0)
+    body, foot = table.split("<tfoot>")
+    rows = [
+        re.findall(r"<td[^>]*>(.*?)</td>", tr)[-2]
+        for tr in re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>")[1], re.S)
+    ]
+    total = re.findall(r"<th>([^<]*)</th>", foot)[0]
+    return [Decimal(x.replace(",", "")) for x in rows], Decimal(total.replace(",", ""))
+
+
+def test_a_batch_pages_plan_rows_add_up_to_its_predicted_cost(admin_client, account):
+    t0 = timezone.now()
+    batch = _started(account, t0, 6)
+    lane = batch.plan["lanes"][0]
+    thirds = [
+        dict(lane, key=f"m/t{i}", cost=c) for i, c in enumerate(["0.333333"] * 2 + ["0.333334"])
+    ]
+    Batch.objects.filter(pk=batch.pk).update(
+        plan={**batch.plan, "lanes": thirds}, predicted_cost=Decimal("1.000000")
+    )
+    html = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/").content.decode()
+    rows, total = _plan_costs(html)
+    assert rows == [Decimal("0.33"), Decimal("0.33"), Decimal("0.34")]  # not 3 x 0.33
+    assert total == sum(rows) == Decimal("1.00")
+    assert "1.00 credits" in html  # the predicted cost written above the table
+
+    # a predicted cost the lanes miss by per-request rounding: its own row, explained
+    Batch.objects.filter(pk=batch.pk).update(predicted_cost=Decimal("1.020000"))
+    html = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/").content.decode()
+    rows, total = _plan_costs(html)
+    assert "rounding of per-request prices" in html
+    assert rows[-1] == Decimal("0.02") and total == sum(rows) == Decimal("1.02")
 
 
 def test_a_refused_batch_page_lists_its_errors_by_line(admin_client, account):

@@ -12,6 +12,7 @@ from routing.core.formats import (
     json_number,
     moment,
     percent_text,
+    rows_to_total,
     thousands,
     timings_json,
 )
@@ -102,3 +103,19 @@ def test_timings_json_rounds_and_never_sends_a_negative_time():
         "saturated": False,
     }
     assert timings_json(None) is None
+
+
+@pytest.mark.parametrize(
+    "parts,rows,total",
+    [
+        (["0.333333", "0.333333", "0.333334"], ["0.33", "0.33", "0.34"], "1.00"),
+        (["1.005", "2.005"], ["1.01", "2.00"], "3.01"),
+        (["0.004", "0.004", "0.004"], ["0.01", "0.00", "0.00"], "0.01"),  # a tie: the first
+        ([Decimal("12.5")], ["12.50"], "12.50"),
+        ([], [], "0.00"),
+    ],
+)
+def test_rounded_rows_add_up_to_their_rounded_total(parts, rows, total):
+    got_rows, got_total = rows_to_total(parts)
+    assert [str(r) for r in got_rows] == rows and str(got_total) == total
+    assert sum(got_rows, Decimal(0)) == got_total
