@@ -19,7 +19,7 @@ from routing.admin.base import ReadOnlyAdmin, readable_fields, stacked, when
 from routing.batches.cancel import batch_cancel, batch_retry_failed
 from routing.batches.errors import BatchError
 from routing.batches.progress import batch_chart, batch_progress
-from routing.core.formats import credits_text, duration_long, moment
+from routing.core.formats import credits_text, duration_long, moment, rows_to_total
 from routing.models import Batch, BatchRequest, File
 
 logger = logging.getLogger(__name__)
@@ -29,15 +29,58 @@ def _pct(part: int, total: int) -> str:
     return f"{min(100.0, 100.0 * part / total):.1f}" if total else "0"
 
 
-def _progress_bar(total: int, done: int, failed: int):
-    """A small bar: done in green, failed in red, the rest grey."""
-    return format_html(
-        '<div style="display:flex;width:140px;height:8px;margin-top:3px;border-radius:2px;'
-        'overflow:hidden;background:#e4e4e4"><div style="width:{}%;background:#3c8f4f"></div>'
-        '<div style="width:{}%;background:#ba2121"></div></div>',
+# Colours of the bar's parts: done, failed, cancelled requests, the rest (not yet run).
+_BAR_DONE = "#3c8f4f"
+_BAR_FAILED = "#ba2121"
+_BAR_STOPPED_DONE = "#8c9890"  # what a cancelled batch did complete: neutral, not green
+_BAR_CANCELLED = "repeating-linear-gradient(135deg,#c9c9c9 0 3px,#e4e4e4 3px 6px)"
+
+
+def _progress_bar(total: int, done: int, failed: int, *, cancelled: int = 0, stopped=False):
+    """A small bar: done in green, failed in red, the rest grey. A cancelled (or
+    cancelling) batch, `stopped`, draws its done share in a neutral grey and its
+    cancelled requests hatched, under the word 'cancelled', so it never reads as a
+    finished green bar; `failed` counts the cancelled requests too (as the batch does)."""
+    failed = max(0, failed - cancelled)
+    label = _bar_label(total, done, failed, cancelled, stopped)
+    bar = format_html(
+        '<div role="img" aria-label="{}" title="{}" style="display:flex;width:140px;height:8px;'
+        'margin-top:3px;border-radius:2px;overflow:hidden;background:#e4e4e4">'
+        '<div style="width:{}%;background:{}"></div><div style="width:{}%;background:{}">'
+        '</div><div style="width:{}%;background:{}"></div></div>',
+        label,
+        label,
         _pct(done, total),
+        _BAR_STOPPED_DONE if stopped else _BAR_DONE,
         _pct(failed, total),
+        _BAR_FAILED,
+        _pct(cancelled, total),
+        _BAR_CANCELLED,
     )
+    if not stopped:
+        return bar
+    return format_html('<span class="quiet nowrap">cancelled: {}</span>{}', label, bar)
+
+
+def _bar_label(total: int, done: int, failed: int, cancelled: int, stopped: bool) -> str:
+    parts = [f"{done:,} of {total:,} done"]
+    if failed:
+        parts.append(f"{failed:,} failed")
+    if cancelled or stopped:
+        parts.append(f"{cancelled:,} cancelled")
+    return ", ".join(parts)
+
+
+def _stopped(batch: Batch) -> bool:
+    return batch.status in (Batch.Status.CANCELLING, Batch.Status.CANCELLED)
+
+
+def _cancelled_requests(batch: Batch) -> int:
+    """How many of a cancelled (or cancelling) batch's requests were cancelled (one
+    indexed count, asked only of those batches)."""
+    if not _stopped(batch):
+        return 0
+    return batch.requests.filter(status=BatchRequest.Status.CANCELLED).count()
 
 
 def _seconds(value) -> str:
@@ -186,24 +229,21 @@ class BatchAdmin(ReadOnlyAdmin):
 
     # List columns -----------------------------------------------------------------------
 
-    @admin.display(description="progress")
-    def progress(self, obj: Batch):
-        return format_html(
-            "{}{}",
-            f"{obj.completed:,} / {obj.total:,} done, {obj.failed:,} failed",
-            _progress_bar(obj.total, obj.completed, obj.failed),
-        )
-
     @admin.display(description="status", ordering="status")
     def status_progress(self, obj: Batch):
-        failed = format_html(', <span style="color:#ba2121">{} failed</span>', f"{obj.failed:,}")
+        cancelled = _cancelled_requests(obj)
+        failed = format_html(
+            ', <span style="color:#ba2121">{} failed</span>', f"{obj.failed - cancelled:,}"
+        )
         return format_html(
             '{}<br><span class="quiet nowrap">{} / {} done{}</span>{}',
             obj.get_status_display(),
             f"{obj.completed:,}",
             f"{obj.total:,}",
-            failed if obj.failed else "",
-            _progress_bar(obj.total, obj.completed, obj.failed),
+            failed if obj.failed - cancelled else "",
+            _progress_bar(
+                obj.total, obj.completed, obj.failed, cancelled=cancelled, stopped=_stopped(obj)
+            ),
         )
 
     @admin.display(description="id", ordering="id")
@@ -244,14 +284,22 @@ class BatchAdmin(ReadOnlyAdmin):
     @admin.display(description="progress")
     def progress_detail(self, obj: Batch):
         p = batch_progress(obj)
+        cancelled = f", {p['cancelled']:,} cancelled" if p["cancelled"] or _stopped(obj) else ""
         return format_html(
-            "{} / {} completed, {} failed, {} running, {} queued{}",
+            "{} / {} completed, {} failed{}, {} running, {} queued{}",
             f"{p['completed']:,}",
             f"{p['total']:,}",
-            f"{p['failed']:,}",
+            f"{p['failed'] - p['cancelled']:,}",
+            cancelled,
             f"{p['running']:,}",
             f"{p['queued']:,}",
-            _progress_bar(p["total"], p["completed"], p["failed"]),
+            _progress_bar(
+                p["total"],
+                p["completed"],
+                p["failed"],
+                cancelled=p["cancelled"],
+                stopped=_stopped(obj),
+            ),
         )
 
     @admin.display(description="predicted cost")
@@ -304,9 +352,15 @@ class BatchAdmin(ReadOnlyAdmin):
 
     @admin.display(description="plan")
     def plan_table(self, obj: Batch):
+        """The plan's lanes with their cost: the rows add up to the total under them, the
+        batch's predicted cost (rounded together, see rows_to_total; what per-request
+        prices rounded to the credit's last digit add or take is its own row)."""
         lanes = _plan_lanes(obj)
         if not lanes:
             return "-"
+        priced = [i for i, x in enumerate(lanes) if x.get("cost") is not None]
+        costs, total = rows_to_total([lanes[i]["cost"] for i in priced])
+        cost_of = dict(zip(priced, costs, strict=True))
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -316,17 +370,28 @@ class BatchAdmin(ReadOnlyAdmin):
                     x.get("pool", "?"),
                     f"{int(x.get('streams') or 0):,}",
                     f"{int(x.get('requests') or 0):,}",
-                    credits_text(x["cost"]) if x.get("cost") is not None else "-",
+                    credits_text(cost_of[i]) if i in cost_of else "-",
                     _seconds(x.get("makespan_seconds")),
                 )
-                for x in lanes
+                for i, x in enumerate(lanes)
             ),
         )
+        shown = total
+        if obj.predicted_cost is not None:
+            shown = rows_to_total([obj.predicted_cost])[1]
+        if shown != total:
+            rows += format_html(
+                '<tr><td colspan="4" class="quiet">rounding of per-request prices</td>'
+                "<td>{}</td><td></td></tr>",
+                f"{shown - total:+,.2f}",
+            )
         return format_html(
             "<table><thead><tr><th>model/tier</th><th>pool</th><th>streams</th>"
             "<th>requests</th><th>cost</th><th>predicted makespan</th></tr></thead>"
-            "<tbody>{}</tbody></table>",
+            '<tbody>{}</tbody><tfoot><tr><th colspan="4">total (the predicted cost)</th>'
+            "<th>{}</th><th></th></tr></tfoot></table>",
             rows,
+            credits_text(shown),
         )
 
     @admin.display(description="plan summary")

@@ -103,7 +103,8 @@ class RouteRequestSerializer(serializers.Serializer):
 
 
 class TimingsSerializer(serializers.Serializer):
-    """Timings of a task in simulated seconds."""
+    """Timings of a task in simulated seconds; each number to 6 significant digits, no
+    time below 0."""
 
     queue_seconds = serializers.FloatField()
     ttft_seconds = serializers.FloatField()

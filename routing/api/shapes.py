@@ -13,7 +13,7 @@ from routing.api.serializers import TimingsSerializer
 from routing.batches.output import batch_outcome
 from routing.batches.planning import SCHEDULED, waits_for_start
 from routing.core.clock import sim_scale
-from routing.core.formats import iso
+from routing.core.formats import iso, json_number, timings_json
 from routing.jobs.output import output_excerpt, synthetic_output
 from routing.models import Batch, Job
 from routing.router.quotes import Quote
@@ -47,12 +47,12 @@ def candidate_json(c: Candidate) -> dict:
         "tier": c.tier,
         "pool": c.pool,
         "device": c.device,
-        "pool_utilisation": c.load,
-        "predicted": c.prediction,
+        "pool_utilisation": json_number(c.load),
+        "predicted": timings_json(c.prediction),
         "cost": money(c.cost),
         "package": package_ref(c.package),
-        "success_rate": c.success_rate,
-        "expected_seconds": c.expected_seconds,
+        "success_rate": json_number(c.success_rate),
+        "expected_seconds": json_number(c.expected_seconds),
         "expected_cost": money(c.expected_cost),
         "meets_deadline": c.meets_deadline,
         "eligible": c.eligible,
@@ -79,7 +79,7 @@ def quote_json(quote: Quote) -> dict:
         "service_tier": c.tier,
         "pool": c.pool,
         "deadline_seconds": quote.request.deadline_seconds,
-        "predicted": c.prediction,
+        "predicted": timings_json(c.prediction),
         "cost": money(c.cost),
         "package": package_ref(c.package),
         "lifecycle": {
@@ -120,17 +120,17 @@ def job_json(job: Job, *, detail: bool = False, full_output: bool = False) -> di
         "finished_at": iso(job.finished_at),
         "cancelled_at": iso(job.cancelled_at),
         "predicted": {
-            **{k: p.get(k) for k in TimingsSerializer().fields},
+            **timings_json({k: p.get(k) for k in TimingsSerializer().fields}),
             "start_at": iso(job.predicted_start_at),
             "completion_at": iso(job.predicted_completion_at),
             "cost": money(job.predicted_cost),
         },
-        "simulated": sim,
+        "simulated": timings_json(sim),
         "meets_deadline": (sim["total_seconds"] <= job.deadline_seconds) if sim else None,
-        "promised_seconds": job.promised_seconds,
-        "completion_seconds": job.completion_seconds,
+        "promised_seconds": json_number(job.promised_seconds),
+        "completion_seconds": json_number(job.completion_seconds),
         "deadline_met": job.deadline_met,
-        "late_by_seconds": job.late_by_seconds,
+        "late_by_seconds": json_number(job.late_by_seconds),
         "usage": {"input_tokens": job.input_tokens, "output_tokens": job.output_tokens}
         if done
         else None,

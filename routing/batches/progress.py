@@ -21,13 +21,15 @@ TIER_COLOURS = {
 
 
 def batch_progress(batch: Batch) -> dict:
-    """Counts for progress bars: done, failed, running, queued, and the predicted finish."""
+    """Counts for progress bars: done, failed (cancelled and expired included), of those
+    the cancelled, running, queued, and the predicted finish."""
     counts = dict(batch.requests.values_list("status").annotate(n=Count("id")))
     S = BatchRequest.Status
     return {
         "total": batch.total,
         "completed": counts.get(S.COMPLETED, 0),
         "failed": sum(counts.get(s, 0) for s in (S.FAILED, S.EXPIRED, S.CANCELLED)),
+        "cancelled": counts.get(S.CANCELLED, 0),
         "running": counts.get(S.RUNNING, 0),
         "queued": counts.get(S.QUEUED, 0),
         "predicted_finish_at": batch.predicted_finish_at,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 # Names echoed back in errors, bounded (defined in the catalog, which imports no routing).
 from httpedge.text import ECHO_MAX, cut, echo  # noqa: F401
@@ -26,6 +28,36 @@ def duration_text(seconds: float) -> str:
     return f"{num(seconds / 3600)} h"
 
 
+# --- For the API's JSON: one place for how a computed number is sent ------------------
+
+# Significant digits of a computed float in the API's JSON: enough for any timing or
+# rate the simulation can tell apart, and no `1.2000000000000002` from float arithmetic.
+JSON_DIGITS = 6
+
+
+def json_number(value):
+    """A computed float as the API sends it: to JSON_DIGITS significant digits
+    (1.2000000000000002 -> 1.2, 764.9315976 -> 764.932). Anything else (ints, None,
+    bools, non-finite floats) as it is."""
+    if type(value) is float and math.isfinite(value):
+        return float(f"{value:.{JSON_DIGITS}g}")
+    return value
+
+
+def timings_json(timings: dict | None) -> dict | None:
+    """A dict of timings (a prediction, a simulated run) as the API sends it: each float
+    by json_number, and no `*_seconds` below 0 (a wait that is a difference of times
+    can come out a hair negative). None stays None."""
+    if timings is None:
+        return None
+    out = {}
+    for key, value in timings.items():
+        if key.endswith("_seconds") and type(value) in (int, float) and value < 0:
+            value = 0.0
+        out[key] = json_number(value)
+    return out
+
+
 # --- For people (admin pages, charts): one place for how a number reads -----------------
 
 
@@ -39,6 +71,22 @@ def thousands(value: float | int | None, decimals: int = 0) -> str:
 def credits_text(value) -> str:
     """Credits to 2 decimals with thousands separators: '1,234.50'. None reads '-'."""
     return "-" if value is None else f"{float(value):,.2f}"
+
+
+def rows_to_total(parts: list, places: int = 2) -> tuple[list[Decimal], Decimal]:
+    """Amounts of a table's rows rounded to `places` so that they add up to their exact
+    sum rounded the same way (largest remainder: the rows nearest to rounding up take
+    the leftover cents): (the rows, the total), for a table whose rows must sum to the
+    total under them. 3 x 0.333 -> [0.34, 0.33, 0.33], 1.00 (not 3 x 0.33 over 1.00)."""
+    step = Decimal(1).scaleb(-places)
+    exact = [Decimal(str(p)) for p in parts]
+    total = sum(exact, Decimal(0)).quantize(step, rounding=ROUND_HALF_UP)
+    rows = [p.quantize(step, rounding=ROUND_FLOOR) for p in exact]
+    leftover = int((total - sum(rows, Decimal(0))) / step)
+    by_remainder = sorted(range(len(exact)), key=lambda i: (rows[i] - exact[i], i))
+    for i in by_remainder[:leftover]:
+        rows[i] += step
+    return rows, total
 
 
 def change_text(ratio: float | None) -> str:

@@ -6,6 +6,7 @@ import datetime as dt
 import io
 import json
 import re
+from decimal import Decimal
 
 import django.utils.timezone
 import django_celery_beat.schedulers
@@ -130,6 +131,43 @@ def test_a_batch_that_ran_shows_in_the_list_and_on_its_page(admin_client, accoun
     assert r.status_code == 302 and r["Location"].endswith("?e=1")
 
 
+def _plan_costs(html: str) -> tuple[list[Decimal], Decimal]:
+    """The cost column of the batch page's plan table (rows, the rounding row if any)
+    and the total under it."""
+    table = re.search(r"<th>model/tier</th>.*?</table>", html, re.S).group(0)
+    body, foot = table.split("<tfoot>")
+    rows = [
+        re.findall(r"<td[^>]*>(.*?)</td>", tr)[-2]
+        for tr in re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>")[1], re.S)
+    ]
+    total = re.findall(r"<th>([^<]*)</th>", foot)[0]
+    return [Decimal(x.replace(",", "")) for x in rows], Decimal(total.replace(",", ""))
+
+
+def test_a_batch_pages_plan_rows_add_up_to_its_predicted_cost(admin_client, account):
+    t0 = timezone.now()
+    batch = _started(account, t0, 6)
+    lane = batch.plan["lanes"][0]
+    thirds = [
+        dict(lane, key=f"m/t{i}", cost=c) for i, c in enumerate(["0.333333"] * 2 + ["0.333334"])
+    ]
+    Batch.objects.filter(pk=batch.pk).update(
+        plan={**batch.plan, "lanes": thirds}, predicted_cost=Decimal("1.000000")
+    )
+    html = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/").content.decode()
+    rows, total = _plan_costs(html)
+    assert rows == [Decimal("0.33"), Decimal("0.33"), Decimal("0.34")]  # not 3 x 0.33
+    assert total == sum(rows) == Decimal("1.00")
+    assert "1.00 credits" in html  # the predicted cost written above the table
+
+    # a predicted cost the lanes miss by per-request rounding: its own row, explained
+    Batch.objects.filter(pk=batch.pk).update(predicted_cost=Decimal("1.020000"))
+    html = admin_client.get(f"/admin/routing/batch/{batch.pk}/change/").content.decode()
+    rows, total = _plan_costs(html)
+    assert "rounding of per-request prices" in html
+    assert rows[-1] == Decimal("0.02") and total == sum(rows) == Decimal("1.02")
+
+
 def test_a_refused_batch_page_lists_its_errors_by_line(admin_client, account):
     t0 = timezone.now()
     up = io.BytesIO(jsonl(2) + b"\n{not json}\n" + jsonl(1).replace(b"r0", b"r1"))
@@ -175,6 +213,60 @@ def test_cancel_action_cancels_what_it_can_and_reports_the_rest(admin_client, ac
     # again: cancelling a cancelled batch changes nothing and is not an error
     r = _action(admin_client, "cancel_batches", [validating])
     assert any("Cancelled 1 batch(es)" in m for m in _messages(r))
+
+
+def _bars(html: str) -> list[str]:
+    return re.findall(r'<div role="img" aria-label="[^"]*".*?</div></div>', html, re.S)
+
+
+def _drawn(bar: str) -> dict[str, str]:
+    """The parts of a bar drawn wider than nothing: background -> width (%)."""
+    return {
+        bg: w for w, bg in re.findall(r'width:([\d.]+)%;background:([^"]+)"', bar) if float(w) > 0
+    }
+
+
+def test_a_cancelled_batch_never_shows_a_finished_green_bar(admin_client, account):
+    """Cancelled with every request in flight, a batch ends with all of them done: its
+    bar is neutral, says 'cancelled', and the hatched share is what was cancelled."""
+    t0 = timezone.now()
+    all_in_flight = _started(account, t0, 6)
+    assert batch_advance(all_in_flight.pk, at=t0)["started"] == 6
+    batch_cancel(batch=all_in_flight, at=t0)
+    none_started = _started(account, t0, 4)
+    batch_cancel(batch=none_started, at=t0)
+    r = batch_advance(all_in_flight.pk, at=t0 + dt.timedelta(hours=1))
+    assert r["status"] == Batch.Status.CANCELLED
+    for b in (all_in_flight, none_started):
+        b.refresh_from_db()
+        assert b.status == Batch.Status.CANCELLED
+    assert (all_in_flight.completed, all_in_flight.failed) == (6, 0)
+    assert (none_started.completed, none_started.failed) == (0, 4)
+    finished = _run_to_end(_started(account, t0, 3), t0)
+
+    html = admin_client.get("/admin/routing/batch/").content.decode()
+    bars = _bars(html)
+    assert len(bars) == 3, bars
+    by_label = {re.search(r'aria-label="([^"]*)"', b).group(1): b for b in bars}
+    assert set(by_label) == {
+        "6 of 6 done, 0 cancelled",
+        "0 of 4 done, 4 cancelled",
+        "3 of 3 done",
+    }
+    hatched = "repeating-linear-gradient(135deg,#c9c9c9 0 3px,#e4e4e4 3px 6px)"
+    assert _drawn(by_label["3 of 3 done"]) == {"#3c8f4f": "100.0"}  # completed: green
+    assert _drawn(by_label["6 of 6 done, 0 cancelled"]) == {"#8c9890": "100.0"}
+    assert _drawn(by_label["0 of 4 done, 4 cancelled"]) == {hatched: "100.0"}
+    for label in ("6 of 6 done, 0 cancelled", "0 of 4 done, 4 cancelled"):
+        assert f"cancelled: {label}</span>" in html
+    # the 4 cancelled requests are not written as failed
+    assert "4 failed" not in html
+
+    page = admin_client.get(f"/admin/routing/batch/{none_started.pk}/change/").content.decode()
+    assert "0 / 4 completed, 0 failed, 4 cancelled, 0 running, 0 queued" in page
+    assert "cancelled: 0 of 4 done, 4 cancelled" in page
+    page = admin_client.get(f"/admin/routing/batch/{finished.pk}/change/").content.decode()
+    assert "3 / 3 completed, 0 failed, 0 running, 0 queued" in page and "cancelled:" not in page
 
 
 def test_actions_never_500(admin_client, account, monkeypatch):

@@ -238,6 +238,60 @@ def test_the_quote_matches_its_documented_schema(api):
     assert set(problem["candidates"][0]) == set(CandidateSerializer().fields)
 
 
+def _floats(value, where: str = "") -> list[tuple[str, float]]:
+    """Every float in a JSON answer, with where it is."""
+    if isinstance(value, dict):
+        return [f for k, v in value.items() for f in _floats(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in _floats(v, f"{where}[{i}]")]
+    return [(where, value)] if isinstance(value, float) else []
+
+
+def _unrounded(floats) -> list[tuple[str, float]]:
+    return [(w, x) for w, x in floats if x != float(f"{x:.6g}")]
+
+
+def test_quotes_and_jobs_send_rounded_numbers_and_no_negative_time(api, account):
+    """Timings are computed in floats; the answer sends them to 6 significant digits
+    (never `1.2000000000000002`) and no time below 0 (issue 26)."""
+    from routing.models import Job
+
+    body = quote(api, deadline_seconds=600).json()
+    floats = _floats(body)
+    assert len([w for w, _ in floats if ".predicted." in w]) > 10, floats
+    assert not _unrounded(floats)
+    assert not [(w, x) for w, x in floats if w.endswith("_seconds") and x < 0]
+
+    r = api.post_json(
+        "/api/v1/jobs",
+        {"model": "sol", "input_tokens": 100, "output_tokens": 10, "deadline_seconds": 600},
+    )
+    assert r.status_code in (200, 202), r.content
+    job = Job.objects.get(pk=r.json()["id"])
+    # a simulated run as the worker stores it: raw floats, a wait a hair below 0
+    job.simulated = {
+        "queue_seconds": -1.1102230246251565e-16,
+        "ttft_seconds": 0.6135989149957891,
+        "generation_seconds": 0.5676509191524106,
+        "transport_seconds": 0.04000000000000001,
+        "tool_seconds": 0.0,
+        "run_seconds": 0.6076509191524107,
+        "total_seconds": 1.2000000000000002,
+        "tokens_per_second": 19.125933854063565,
+    }
+    job.save(update_fields=["simulated"])
+    for answer in (api.get(f"/api/v1/jobs/{job.pk}").json(), api.get("/api/v1/jobs").json()):
+        floats = _floats(answer)
+        assert not _unrounded(floats), _unrounded(floats)
+        assert not [(w, x) for w, x in floats if w.endswith("_seconds") and x < 0]
+    sim = api.get(f"/api/v1/jobs/{job.pk}").json()["simulated"]
+    assert (sim["queue_seconds"], sim["total_seconds"], sim["transport_seconds"]) == (
+        0.0,
+        1.2,
+        0.04,
+    )
+
+
 def test_a_task_larger_than_any_window_is_a_400_not_a_500(api):
     r = quote(api, input_tokens=9_000_000, output_tokens=9_000_000, deadline_seconds=600)
     assert r.status_code == 400 and "at most 10000000" in r.json()["detail"]

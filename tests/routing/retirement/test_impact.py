@@ -1,6 +1,7 @@
 """The retirement impact view: Spark's users after a few weeks of replayed traffic."""
 
 import re
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -9,7 +10,7 @@ from django.core.management import CommandError, call_command
 from catalog.models import HardwarePool, ModelVersion
 from routing import quota
 from routing.models import Job, QuotaPackage
-from routing.retirement.impact import impact_chart, retirement_impact
+from routing.retirement.impact import AccountImpact, impact_chart, retirement_impact, time_changes
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +47,21 @@ def test_impact_lists_users_and_replays_them_on_sol_ultrafast(spark_traffic):
     assert impact.pool == "cs3-ultrafast" and impact.wafers_freed == 8
     assert impact.utilisation_after > impact.utilisation_before
     assert impact_chart(impact).startswith("data:image/png;base64,")
+
+
+def test_the_chart_draws_relative_time_changes_so_short_jobs_stand_out():
+    """Absolute bars hid an account of 0.6 s jobs going to 0.8 s next to minutes-long
+    ones: the chart draws each account's change in percent instead."""
+
+    def row(name, before, after):
+        return AccountImpact(name, 1, 1, before, after, Decimal(1), Decimal(2))
+
+    rows = [row("long", 60.0, 61.0), row("short", 0.6, 0.8), row("faster", 10.0, 5.0)]
+    rows.append(row("unreplayed", 5.0, 0.0))
+    long, short, faster, unreplayed = time_changes(rows)
+    assert short == pytest.approx(100 / 3) and long == pytest.approx(100 / 60)
+    assert short > 10 * long  # absolute: 0.2 s against 1 s, the other way round
+    assert faster == pytest.approx(-50.0) and unreplayed == 0.0
 
 
 def test_capacity_check_flags_a_busy_successor_pool(spark_traffic):
