@@ -6,14 +6,6 @@ from django.db import migrations, models
 from routing.models import occupancy as _occupancy_sql
 
 
-def reinstall_sqlite_triggers(apps, schema_editor):
-    # SQLite rebuilds routing_job to alter a column, dropping its triggers: put the
-    # occupancy triggers back (PostgreSQL alters in place and keeps them).
-    if schema_editor.connection.vendor == "sqlite":
-        _occupancy_sql.uninstall(apps, schema_editor)
-        _occupancy_sql.install(apps, schema_editor)
-
-
 class Migration(migrations.Migration):
     dependencies = [
         ("catalog", "0003_in_flight_policy"),
@@ -54,5 +46,5 @@ class Migration(migrations.Migration):
                 name="job_outcome_window",
             ),
         ),
-        migrations.RunPython(reinstall_sqlite_triggers, migrations.RunPython.noop),
+        migrations.RunPython(_occupancy_sql.reinstall_on_sqlite, migrations.RunPython.noop),
     ]

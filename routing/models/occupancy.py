@@ -145,3 +145,12 @@ def uninstall(apps, schema_editor):
     with conn.cursor() as cur:
         for sql in [POSTGRES_DOWN] if conn.vendor == "postgresql" else SQLITE_DOWN:
             cur.execute(sql)
+
+
+def reinstall_on_sqlite(apps, schema_editor):
+    """For a migration that makes SQLite rebuild routing_job (an altered column, a new
+    foreign key), which drops its triggers: put the occupancy triggers back.
+    PostgreSQL alters in place and keeps them."""
+    if schema_editor.connection.vendor == "sqlite":
+        uninstall(apps, schema_editor)
+        install(apps, schema_editor)
