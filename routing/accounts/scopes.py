@@ -5,7 +5,9 @@
 - `allowed_models`: the model names (ids or aliases, as sent) it may ask for; empty: all;
 - `allowed_tiers`: the tiers it may name; empty: all (a request that lets the router
   choose is not restricted);
-- `role`: an admin key may manage the account's keys (routing.api.keys);
+- `role`: an admin key may manage the account's keys (routing.api.keys) and sees the
+  whole account's usage (any key's); a member key sees its own usage only
+  (`usage_keys`);
 - `spend_limit` per `spend_period` (UTC calendar day, ISO week, month): the credits
   its jobs may take (charged, or reserved while they run), checked when one is
   accepted (requests accepted at the same instant may pass it together, by their own
@@ -79,6 +81,21 @@ def check_manage_keys(key: ApiKey) -> None:
             f"This API key ({key.name}) may not manage keys: that takes an admin key.",
             "key-not-admin",
         )
+
+
+def usage_keys(key: ApiKey, wanted: list[int] | None) -> list[int] | None:
+    """The keys whose usage `key` may read, narrowed to `wanted` (None: every key of
+    the account). An admin key: the whole account; a member key: its own only (asking
+    for another key's is KeyNotAllowed)."""
+    if key.role == ApiKey.Role.ADMIN:
+        return wanted
+    if wanted is not None and set(wanted) - {key.pk}:
+        raise KeyNotAllowed(
+            f"This API key ({key.name}) may read its own usage only: another key's "
+            "takes an admin key.",
+            "key-not-admin",
+        )
+    return [key.pk]
 
 
 def key_spent(key_id: int, since: dt.datetime) -> Decimal:

@@ -1,5 +1,5 @@
 from httpedge.paths import both
-from routing.api import batches, files, jobs, keys, notices, quota, quotes
+from routing.api import batches, files, jobs, keys, notices, quota, quotes, usage
 
 urlpatterns = [
     *both("quotes", quotes.QuoteView.as_view(), name="quote"),
@@ -14,6 +14,7 @@ urlpatterns = [
     *both("batches", batches.BatchListView.as_view(), name="batch-list"),
     *both("batches/<str:batch_id>", batches.BatchDetailView.as_view(), name="batch-detail"),
     *both("batches/<str:batch_id>/cancel", batches.BatchCancelView.as_view(), name="batch-cancel"),
+    *both("usage", usage.UsageView.as_view(), name="usage"),
     *both("keys", keys.KeyListView.as_view(), name="key-list"),
     *both("keys/<str:key_id>", keys.KeyDetailView.as_view(), name="key-detail"),
     *both("keys/<str:key_id>/rotate", keys.KeyRotateView.as_view(), name="key-rotate"),

@@ -7,7 +7,7 @@ from django.urls import re_path
 from django.views.decorators.csrf import csrf_exempt
 
 from httpedge.paths import both
-from routing.compat import batches, files, models
+from routing.compat import batches, files, models, usage
 from routing.compat import responses as stored
 from routing.compat.errors import not_found
 from routing.compat.interactive import chat_completions, responses
@@ -25,6 +25,12 @@ urlpatterns = [
         batches.BatchCancelView.as_view(),
         name="oai-batch-cancel",
     ),
+    *both(
+        "organization/usage/completions",
+        usage.CompletionsUsageView.as_view(),
+        name="oai-usage-completions",
+    ),
+    *both("organization/costs", usage.CostsView.as_view(), name="oai-costs"),
     re_path(r"^chat/completions/?$", chat_completions, name="v1-chat-completions"),
     re_path(r"^responses/?$", responses, name="v1-responses"),
     *both("responses/<str:response_id>", stored.ResponseDetailView.as_view(), name="v1-response"),
