@@ -115,11 +115,9 @@ def _result_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict
 
 
 def _extra(r: dict) -> dict:
-    """Our members on an OpenAI object: the model asked for, the cost, a re-route."""
-    extra = {
-        "requested_model": (r["request"].get("body") or {}).get("model"),
-        "cost": str(r["cost"]),
-    }
+    """Our members on an OpenAI object: the model asked for, a re-route (the cost is in
+    `usage.cost`, and as a string in `cost`)."""
+    extra = {"requested_model": (r["request"].get("body") or {}).get("model")}
     if r["rerouted_from"]:
         extra["rerouted_from"] = r["rerouted_from"]
     return extra
@@ -127,7 +125,7 @@ def _extra(r: dict) -> dict:
 
 def _chat_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
     """The `chat.completion` of one completed /v1/chat/completions request."""
-    return openai_shapes.chat_completion(
+    body = openai_shapes.chat_completion(
         id=f"chatcmpl-{r['pk']}",
         created=openai_shapes.unix(r["finished_at"]),
         model=models.get(r["model_id"]),
@@ -136,13 +134,15 @@ def _chat_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
         text=synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
         prompt_tokens=r["input_tokens"],
         completion_tokens=r["output_tokens"],
+        cost=r["cost"],
         **_extra(r),
     )
+    return body | {"cost": str(r["cost"])}
 
 
 def _response_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> dict:
     """The `response` of one completed /v1/responses request."""
-    return openai_shapes.response_object(
+    body = openai_shapes.response_object(
         id=f"resp_{r['pk']}",
         created=openai_shapes.unix(r["started_at"] or r["finished_at"]),
         model=models.get(r["model_id"]),
@@ -151,8 +151,10 @@ def _response_body(r: dict, models: dict[int, str], tiers: dict[int, str]) -> di
         text=synthetic_text(r["pk"], min(r["output_tokens"], EXCERPT_WORDS)),
         input_tokens=r["input_tokens"],
         output_tokens=r["output_tokens"],
+        cost=r["cost"],
         **_extra(r),
     )
+    return body | {"cost": str(r["cost"])}
 
 
 # The body of an output line by the batch's endpoint (anything else: a job.result).

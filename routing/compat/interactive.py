@@ -323,6 +323,7 @@ def _chat_body(req: params.Interactive, job: Job) -> dict:
         finish_reason=answer.finish_reason,
         prompt_tokens=job.input_tokens,
         completion_tokens=job.output_tokens,
+        cost=job.cost,
         tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=req.metadata or None,
@@ -371,6 +372,7 @@ def _response_body(
         output_tokens=out,
         status=status,
         output=output,
+        cost=None if status == "in_progress" else job.cost,
         tier=job.tier.slug,
         job_id=str(job.pk),
         metadata=(req.metadata if req else stored.get("metadata")) or {},
@@ -482,7 +484,7 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         reason, inp = done.status, done.input_tokens if out else 0
     yield _sse(openai_shapes.chat_chunk(**common, delta={}, finish_reason=reason))
     if req.include_usage:
-        usage = openai_shapes.usage_chat(inp, out)
+        usage = openai_shapes.usage_chat(inp, out, done.cost)
         yield _sse(openai_shapes.chat_chunk(**common, delta={}, usage=usage, choices=False))
     yield _sse("[DONE]")
 

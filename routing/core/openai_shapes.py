@@ -160,12 +160,23 @@ def request_shape(endpoint: str, body: dict, *, where: str = "") -> RequestShape
     return RequestShape(prompt, tokens_of(prompt), out or DEFAULT_OUTPUT_TOKENS, out is not None)
 
 
-def usage_chat(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
+def usage_cost(usage: dict, cost) -> dict:
+    """`usage` with the request's charge as `cost`, a number in credits (as OpenRouter
+    sends it; 1 credit = 1 USD of list price); unchanged while nothing is charged yet
+    (`cost` None)."""
+    if cost is not None:
+        usage["cost"] = float(cost)
+    return usage
+
+
+def usage_chat(prompt_tokens: int, completion_tokens: int, cost=None) -> dict:
+    """A chat completion's `usage`, with `cost` (credits) once charged."""
+    usage = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    return usage_cost(usage, cost)
 
 
 def chat_completion(
@@ -179,11 +190,12 @@ def chat_completion(
     completion_tokens: int,
     finish_reason: str = "stop",
     tool_calls: list[dict] | None = None,
+    cost=None,
     **extra: Any,
 ) -> dict:
     """A `chat.completion` object (the text is simulated: `simulated: true`); with
     `tool_calls` (OpenAI's `{"id", "type": "function", "function": {...}}`) its content
-    is null."""
+    is null; `cost`: the charge, in `usage.cost`."""
     message = {"role": "assistant", "content": None if tool_calls else text, "refusal": None}
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -202,7 +214,7 @@ def chat_completion(
                 "finish_reason": finish_reason,
             }
         ],
-        "usage": usage_chat(prompt_tokens, completion_tokens),
+        "usage": usage_chat(prompt_tokens, completion_tokens, cost),
         "simulated": True,
         **extra,
     }
@@ -249,10 +261,11 @@ def response_object(
     output_tokens: int,
     status: str = "completed",
     output: list[dict] | None = None,
+    cost=None,
     **extra: Any,
 ) -> dict:
     """A Responses API `response` object with one assistant output message (or the
-    `output` items given: function calls)."""
+    `output` items given: function calls); `cost`: the charge, in `usage.cost`."""
     if output is None:
         output = [
             {
@@ -271,11 +284,14 @@ def response_object(
         "model": model,
         "service_tier": service_tier,
         "output": output,
-        "usage": {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "total_tokens": input_tokens + output_tokens,
-        },
+        "usage": usage_cost(
+            {
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "total_tokens": input_tokens + output_tokens,
+            },
+            cost,
+        ),
         "error": None,
         "incomplete_details": None,
         "simulated": True,

@@ -42,13 +42,14 @@ def test_a_completion_is_a_real_job_settled(api, account, path):
     assert body["object"] == "chat.completion" and body["simulated"] is True
     assert body["model"] == "gpt-5.6-sol" and body["service_tier"] == "priority"
     prompt_tokens = -(-len(MESSAGES[0]["content"]) // 4)  # the documented rule
+    job = Job.objects.get(pk=body["job_id"])
     assert body["usage"] == {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": 40,
         "total_tokens": prompt_tokens + 40,
+        "cost": float(job.cost),  # the charge, in credits (issue 27)
     }
     assert len(body["choices"][0]["message"]["content"].split(" ")) == 40
-    job = Job.objects.get(pk=body["job_id"])
     assert r["X-Job-Id"] == str(job.pk)
     assert job.status == "succeeded" and job.tier.slug == "priority"
     assert job.reservation.state == "settled" and job.cost == job.predicted_cost

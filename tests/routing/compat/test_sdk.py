@@ -192,6 +192,8 @@ def test_a_chat_batch_completes_and_every_output_line_is_a_chat_completion(clien
         completion = ChatCompletion.model_validate(row["response"]["body"])
         assert completion.object == "chat.completion" and completion.usage.completion_tokens == 200
         assert completion.choices[0].message.content and completion.model
+        # The line's charge, as a number in usage.cost and as a string in cost.
+        assert completion.usage.cost == float(row["response"]["body"]["cost"]) > 0
     (err,) = [json.loads(x) for x in client.files.content(b.error_file_id).text.splitlines()]
     assert err["custom_id"] == "old" and err["error"]["code"] == "model_retired"
     assert err["error"]["successor"] and err["error"]["successor"] in err["error"]["message"]
@@ -216,6 +218,7 @@ def test_a_responses_batch_answers_response_objects(client, dispatched):
     body = row["response"]["body"]
     assert body["object"] == "response" and body["usage"]["output_tokens"] == 64
     assert body["usage"]["input_tokens"] == 38  # ceil(150 characters / 4)
+    assert body["usage"]["cost"] == float(body["cost"]) > 0
     assert body["output"][0]["content"][0]["text"]
 
 
