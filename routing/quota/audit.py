@@ -52,6 +52,21 @@ def ledger_audit() -> dict:
     }
 
 
+def ledger_charged(packages: list[int] | None = None) -> dict[int, Decimal]:
+    """What the ledger charged each package for work: its settle and draw rows'
+    `delta_spent` (resets and retirements move balances, they charge nothing). Usage
+    (routing.quota.usage) sums to exactly this per package and per account."""
+    qs = LedgerEntry.objects.filter(kind__in=[LedgerEntry.Kind.SETTLE, LedgerEntry.Kind.DRAW])
+    if packages is not None:
+        qs = qs.filter(package_id__in=packages)
+    return {
+        pk: credits(spent or 0)
+        for pk, spent in qs.values("package_id")
+        .annotate(spent=Sum("delta_spent"))
+        .values_list("package_id", "spent")
+    }
+
+
 def batch_mismatches() -> list[dict]:
     """Batches whose charge differs from their completed requests' costs or from the
     ledger's draws on their reservations, or that still hold credits once ended (a few
