@@ -1,11 +1,16 @@
-"""Admin for accounts and their API keys, and the account's "Try a quote" page (the
-router's answer for the account, built exactly as the quotes API builds it)."""
+"""Admin for accounts and their API keys, the account's "Try a quote" page (the
+router's answer for the account, built exactly as the quotes API builds it) and its
+usage export (CSV, from the usage API's selector, routing.quota.usage)."""
 
 from __future__ import annotations
+
+import csv
+import datetime as dt
 
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -15,6 +20,13 @@ from django.utils.html import format_html
 import simengine
 from routing.accounts.keys import api_key_create, api_key_revoke
 from routing.models import Account, ApiKey, QuotaPackage
+from routing.quota.usage import (
+    GROUPS,
+    UsageError,
+    account_usage,
+    usage_csv_rows,
+    usage_range,
+)
 from routing.router.quotes import quote_build, route_request_from
 from routing.router.resolve import ModelNotServing, ModelRetired, ModelUnknown
 
@@ -57,6 +69,43 @@ class RouterTryForm(forms.Form):
     task = forms.CharField(required=False, help_text="Task class for 'auto'.")
 
 
+def _day_start(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+class UsageExportForm(forms.Form):
+    start = forms.DateField(help_text="UTC day (from its start).")
+    end = forms.DateField(help_text="UTC day, included.")
+    bucket = forms.ChoiceField(choices=[("day", "day"), ("hour", "hour")], initial="day")
+    group_by = forms.MultipleChoiceField(
+        choices=[(g, g) for g in GROUPS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        initial=["key", "model", "tier"],
+    )
+    keys = forms.ModelMultipleChoiceField(
+        queryset=ApiKey.objects.none(), required=False, help_text="None: every key."
+    )
+
+    def __init__(self, *args, account: Account, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["keys"].queryset = ApiKey.objects.filter(account=account)
+
+    def clean(self):
+        d = super().clean()
+        if d.get("start") and d.get("end"):
+            try:
+                d["range"] = usage_range(
+                    bucket=d["bucket"],
+                    start=_day_start(d["start"]),
+                    end=_day_start(d["end"]) + dt.timedelta(days=1),
+                    now=timezone.now(),
+                )
+            except UsageError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return d
+
+
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
     list_display = [
@@ -89,10 +138,11 @@ class AccountAdmin(admin.ModelAdmin):
     def keys(self, obj):
         return obj.api_keys.filter(revoked_at__isnull=True).count()
 
-    @admin.display(description="router")
+    @admin.display(description="router, usage")
     def try_router(self, obj):
         url = reverse("admin:routing_account_quote", args=[obj.pk])
-        return format_html('<a href="{}">Try a quote</a>', url)
+        usage = reverse("admin:routing_account_usage", args=[obj.pk])
+        return format_html('<a href="{}">Try a quote</a> · <a href="{}">Usage</a>', url, usage)
 
     @admin.action(description="Create an API key (shown once)", permissions=["change"])
     def create_key(self, request, queryset):
@@ -110,8 +160,52 @@ class AccountAdmin(admin.ModelAdmin):
                 "<int:pk>/quote/",
                 self.admin_site.admin_view(self.quote_view),
                 name="routing_account_quote",
-            )
+            ),
+            path(
+                "<int:pk>/usage/",
+                self.admin_site.admin_view(self.usage_view),
+                name="routing_account_usage",
+            ),
         ] + super().get_urls()
+
+    def usage_view(self, request, pk: int):
+        """The account's usage as CSV (header row, one row per bucket and group), from
+        the same selector as GET /api/v1/usage; the form until it is valid. Staff only
+        (the admin site's login), and only for those who may view accounts."""
+        account = get_object_or_404(Account, pk=pk)
+        if not self.has_view_permission(request, account):
+            return HttpResponse(status=403)
+        today = timezone.now().date()
+        form = UsageExportForm(
+            request.GET or None,
+            account=account,
+            initial={"start": today - dt.timedelta(days=6), "end": today},
+        )
+        if form.is_valid():
+            d = form.cleaned_data
+            start, end = d["range"]
+            usage = account_usage(
+                account_id=account.pk,
+                start=start,
+                end=end,
+                bucket=d["bucket"],
+                group_by=d["group_by"],
+                key_ids=[k.pk for k in d["keys"]] or None,
+                include_empty=False,
+            )
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            name = f"usage-{account.pk}-{d['start']:%Y%m%d}-{d['end']:%Y%m%d}-{d['bucket']}.csv"
+            response["Content-Disposition"] = f'attachment; filename="{name}"'
+            csv.writer(response).writerows(usage_csv_rows(usage))
+            return response
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Usage of {account.name}",
+            "opts": self.model._meta,
+            "account": account,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/routing/usage_export.html", context)
 
     def quote_view(self, request, pk: int):
         """The router's answer for this account, as a client would get it."""

@@ -348,3 +348,53 @@ def usage_totals(usage: Usage) -> UsageRow:
         for r in b.rows:
             total.add(r)
     return total
+
+
+CSV_GROUP_COLUMNS = {
+    "key": ["key_id", "key_name"],
+    "model": ["model"],
+    "tier": ["tier"],
+    "package": ["package_id", "package"],
+    "user": ["user"],
+    "batch": ["batch"],
+}
+CSV_VALUE_COLUMNS = [
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "credits",
+    "deadline_met_share",
+    "deadline_outcomes",
+]
+
+
+def usage_csv_rows(usage: Usage) -> Iterable[list]:
+    """The usage as CSV rows: a header (bucket start and end, the grouped columns, the
+    numbers), then one row per group and bucket (empty buckets left out)."""
+    groups = [c for g in usage.group_by for c in CSV_GROUP_COLUMNS[g]]
+    yield ["bucket_start", "bucket_end", *groups, *CSV_VALUE_COLUMNS]
+    for b in usage.buckets:
+        for r in b.rows:
+            g = r.group
+            named = {
+                "key_id": g.get("key"),
+                "key_name": usage.keys.get(g.get("key"), {}).get("name"),
+                "model": g.get("model"),
+                "tier": g.get("tier"),
+                "package_id": g.get("package"),
+                "package": usage.packages.get(g.get("package")),
+                "user": g.get("user"),
+                "batch": g.get("batch"),
+            }
+            share = r.deadline_met_share
+            yield [
+                b.start.isoformat(),
+                b.end.isoformat(),
+                *("" if named[c] is None else named[c] for c in groups),
+                r.requests,
+                r.input_tokens,
+                r.output_tokens,
+                f"{r.credits:f}",
+                "" if share is None else f"{share:.6f}",
+                r.deadline_judged,
+            ]
