@@ -195,7 +195,8 @@ class UsageView(ClientAPIView):
         },
     )
     def get(self, request):
-        bucket = query_value(request, "bucket") or "day"
+        bucket = query_value(request, "bucket")
+        bucket = "day" if bucket is None else bucket
         if bucket not in NATIVE_BUCKETS:
             raise invalid_parameter(
                 "bucket", f"Unknown bucket {echo(bucket)}; one of {', '.join(NATIVE_BUCKETS)}."
