@@ -173,6 +173,13 @@ class Job(models.Model):
                 condition=Q(deadline_met__isnull=False),
                 name="job_outcome_window",
             ),
+            # An account's usage over a range (routing.quota.usage): ended jobs only, so
+            # accepting a job writes no entry to it.
+            models.Index(
+                fields=["account", "finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="job_account_usage",
+            ),
         ]
 
     def __str__(self) -> str:
