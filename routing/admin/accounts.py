@@ -25,6 +25,7 @@ from routing.quota.usage import (
     UsageError,
     account_usage,
     usage_csv_rows,
+    usage_moment,
     usage_range,
 )
 from routing.router.quotes import quote_build, route_request_from
@@ -93,12 +94,14 @@ class UsageExportForm(forms.Form):
 
     def clean(self):
         d = super().clean()
-        if d.get("start") and d.get("end"):
+        if all(d.get(n) for n in ("start", "end", "bucket")):
             try:
+                start = usage_moment(_day_start(d["start"]), "start")
+                end = usage_moment(_day_start(d["end"]), "end")
                 d["range"] = usage_range(
                     bucket=d["bucket"],
-                    start=_day_start(d["start"]),
-                    end=_day_start(d["end"]) + dt.timedelta(days=1),
+                    start=start,
+                    end=end + dt.timedelta(days=1),
                     now=timezone.now(),
                 )
             except UsageError as exc:

@@ -26,6 +26,7 @@ from routing.quota.usage import (
     UsageRow,
     account_usage,
     parse_group_by,
+    usage_moment,
     usage_range,
     usage_totals,
 )
@@ -55,10 +56,10 @@ def parse_moment(raw: str, name: str) -> dt.datetime:
         raise invalid_parameter(
             name, f"{name} must be unix seconds or an ISO-8601 time, not {echo(raw)}."
         )
-    at = at if at.tzinfo else at.replace(tzinfo=dt.UTC)
-    if not 1970 <= at.astimezone(dt.UTC).year < 2100:
-        raise invalid_parameter(name, f"{name} must be between 1970 and 2100.")
-    return at
+    try:
+        return usage_moment(at, name)
+    except UsageError as exc:
+        raise usage_problem(exc) from None
 
 
 def query_ids(values: list[str], name: str) -> list[int]:

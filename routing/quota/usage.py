@@ -138,6 +138,18 @@ class Usage:
     packages: dict[int, str] = field(default_factory=dict)
 
 
+FIRST_YEAR, LAST_YEAR = 1970, 2099
+
+
+def usage_moment(at: dt.datetime, parameter: str) -> dt.datetime:
+    """`at` (UTC when naive) if it is a time usage can be asked about (1970 to 2099);
+    UsageError naming `parameter` otherwise."""
+    at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if not FIRST_YEAR <= at.astimezone(UTC).year <= LAST_YEAR:
+        raise UsageError(parameter, f"{parameter} must be between {FIRST_YEAR} and {LAST_YEAR}.")
+    return at
+
+
 def bucket_floor(at: dt.datetime, bucket: str) -> dt.datetime:
     """The start of the UTC bucket holding `at`."""
     at = at.astimezone(UTC)

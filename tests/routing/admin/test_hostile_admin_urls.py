@@ -18,6 +18,13 @@ HOSTILE = [
     f"/admin/routing/account/{HUGE}/change/",
     f"/admin/routing/account/{HUGE}/quote/",
     "/admin/routing/account/987654/quote/",  # an account that is not there
+    f"/admin/routing/account/{HUGE}/usage/",
+    "/admin/routing/account/987654/usage/",
+    f"/admin/routing/account/1/usage/?start=2026-01-01&end=2026-01-02&bucket=day&keys={HUGE}",
+    "/admin/routing/account/1/usage/?start=9999-12-31&end=9999-12-31&bucket=day",
+    "/admin/routing/account/1/usage/?start=0001-01-01&end=0001-01-01&bucket=hour",
+    "/admin/routing/account/1/usage/?start=2026-01-01&end=2026-01-02&bucket=%00",
+    "/admin/routing/account/1/usage/?start=2026-01-01&end=2026-01-02&group_by=nope",
     f"/admin/routing/account/{HUGE}/history/",
     f"/admin/routing/account/{HUGE}/delete/",
     f"/admin/routing/quotapackage/{HUGE}/change/",
