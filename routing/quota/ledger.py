@@ -17,6 +17,7 @@ from django.db.models.functions import Round
 from django.utils import timezone
 
 from routing.models import Account, LedgerEntry, QuotaPackage, QuotaReservation
+from routing.quota.alerts import package_alerts_check
 from routing.quota.packages import (
     ZERO,
     QuotaError,
@@ -275,6 +276,8 @@ def _close_reservation(
             delta_reserved=-held,
             delta_spent=charge,
         )
+        if charge > 0:
+            package_alerts_check(reservation.package_id, at=at)
         return reservation
 
 
@@ -326,7 +329,10 @@ def _close_pg(reference, reservation_id, state, actual, at) -> QuotaReservation 
         )
         row = cur.fetchone()
     if row is not None:
-        return QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row)
+        reservation = QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row)
+        if reservation.charged > reservation.drawn:  # the spend grew: budget alerts
+            package_alerts_check(reservation.package_id, at=at)
+        return reservation
     # Not held (closed already: nothing to do) or not there.
     by = {"reference": reference} if reference is not None else {"pk": reservation_id}
     return QuotaReservation.objects.filter(**by).first()
@@ -362,6 +368,7 @@ def quota_draw(*, reference: str, amount, note: str = "") -> Decimal:
             delta_spent=charge,
             note=note[:200],
         )
+        package_alerts_check(reservation.package_id)
         return charge
 
 
