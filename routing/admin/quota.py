@@ -20,6 +20,7 @@ from routing.admin.base import (
 from routing.core.formats import credits_text
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
 from routing.quota import first_period
+from routing.quota.alerts import thresholds_clean
 
 
 class QuotaPackageForm(forms.ModelForm):
@@ -43,7 +44,14 @@ class QuotaPackageForm(forms.ModelForm):
             "on_retirement",
             "migrate_tier",
             "conversion",
+            "alert_thresholds",
         ]
+
+    def clean_alert_thresholds(self):
+        try:
+            return thresholds_clean(self.cleaned_data.get("alert_thresholds") or [])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def clean(self):
         data = super().clean()

@@ -26,6 +26,8 @@ from routing.api.serializers import CreditsField, StrictBooleanField, StrictChar
 from routing.api.shapes import money
 from routing.core.formats import cut, iso
 from routing.models import ApiKey
+from routing.models.accounts import default_alert_thresholds
+from routing.quota.alerts import MAX_THRESHOLD
 from simengine import TIERS
 
 
@@ -55,6 +57,13 @@ class KeyCreateSerializer(serializers.Serializer):
     )
     spend_limit = CreditsField(required=False, allow_null=True)
     spend_period = serializers.ChoiceField(choices=ApiKey.Period.values, default="month")
+    alert_thresholds = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_THRESHOLD),
+        max_length=10,
+        required=False,
+        help_text="Budget alerts: percents of spend_limit told once per spend_period "
+        "(a notice and a quota.threshold webhook); default 50, 80, 100; empty: none.",
+    )
 
 
 class KeyRotateSerializer(serializers.Serializer):
@@ -83,6 +92,7 @@ class KeySerializer(serializers.Serializer):
     tpm = serializers.IntegerField(allow_null=True)
     spend_limit = serializers.CharField(allow_null=True)
     spend_period = serializers.CharField()
+    alert_thresholds = serializers.ListField(child=serializers.IntegerField())
     rotated_to = serializers.IntegerField(allow_null=True)
     key = serializers.CharField(required=False, help_text="The secret, shown once.")
 
@@ -106,6 +116,7 @@ def key_json(k: ApiKey, raw: str | None = None) -> dict:
         "tpm": k.tokens_per_minute,
         "spend_limit": money(k.spend_limit),
         "spend_period": k.spend_period,
+        "alert_thresholds": list(k.alert_thresholds or []),
         "rotated_to": k.rotated_to_id,
     }
     if raw is not None:
@@ -162,6 +173,7 @@ class KeyListView(KeyAdminView, generics.GenericAPIView):
             tokens_per_minute=d.get("tpm"),
             spend_limit=d.get("spend_limit"),
             spend_period=d["spend_period"],
+            alert_thresholds=sorted(set(d.get("alert_thresholds", default_alert_thresholds()))),
         )
         return Response(key_json(key, raw), status=status.HTTP_201_CREATED)
 
