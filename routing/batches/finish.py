@@ -124,7 +124,6 @@ def batch_event_emit(batch: Batch, at: dt.datetime) -> None:
         account_id=batch.account_id,
         type=kind,
         key=f"{kind}:{batch.pk}",
-        at=at,
         data={
             "id": str(batch.pk),
             "object": "batch",

@@ -266,7 +266,6 @@ def job_failed_emit(job: Job) -> None:
         account_id=job.account_id,
         type="job.failed",
         key=f"job.failed:{job.pk}",
-        at=job.finished_at,
         data={
             "id": str(job.pk),
             "object": "job",

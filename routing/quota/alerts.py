@@ -33,14 +33,15 @@ _COLUMNS = 'account_id, subject, package_id, api_key_id, period_start, threshold
 _PACKAGE_SQL = {
     "postgresql": f"""
 INSERT INTO {_ALERT} ({_COLUMNS})
-SELECT p.account_id, 'package:' || p.id, p.id, NULL, p.period_start, t.value::int, p.spent,
+SELECT p.account_id, 'package:' || p.id, p.id, NULL, p.period_start, t.pct, p.spent,
     p."limit", %(at)s
-FROM {_PKG} p CROSS JOIN LATERAL jsonb_array_elements_text(
-    CASE WHEN jsonb_typeof(p.alert_thresholds) = 'array' THEN p.alert_thresholds
-    ELSE '[]'::jsonb END) AS t(value)
-WHERE p.id = %(id)s AND p."limit" > 0 AND t.value ~ '^[0-9]{{1,4}}$'
-    AND t.value::int BETWEEN 1 AND {MAX_THRESHOLD}
-    AND p.spent * 100 >= p."limit" * t.value::int
+FROM {_PKG} p CROSS JOIN LATERAL (
+    SELECT CASE WHEN e ~ '^[0-9]{{1,4}}$' THEN e::int END AS pct
+    FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(p.alert_thresholds) = 'array'
+        THEN p.alert_thresholds ELSE '[]'::jsonb END) AS e
+) AS t
+WHERE p.id = %(id)s AND p."limit" > 0 AND t.pct BETWEEN 1 AND {MAX_THRESHOLD}
+    AND p.spent * 100 >= p."limit" * t.pct
 ON CONFLICT DO NOTHING
 RETURNING id
 """,
@@ -161,5 +162,4 @@ def _tell(alert: BudgetAlert, *, name: str, period_end) -> None:
         type="quota.threshold",
         key=f"quota.threshold:{alert.subject}:{iso(alert.period_start)}:{alert.threshold}",
         data=body,
-        at=alert.created_at,
     )

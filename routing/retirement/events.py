@@ -35,7 +35,7 @@ def retirement_event_data(model: ModelVersion, **extra) -> dict:
     }
 
 
-def _emit_to_told(model: ModelVersion, kind: str, key: str, data: dict, at) -> int:
+def _emit_to_told(model: ModelVersion, kind: str, key: str, data: dict) -> int:
     """Emit to every account with a retirement notice of the model's date that has not
     had this event yet."""
     accounts = set(
@@ -51,9 +51,7 @@ def _emit_to_told(model: ModelVersion, kind: str, key: str, data: dict, at) -> i
     sent = 0
     for account_id in sorted(accounts):
         with transaction.atomic():
-            sent += (
-                event_emit(account_id=account_id, type=kind, key=key, data=data, at=at) is not None
-            )
+            sent += event_emit(account_id=account_id, type=kind, key=key, data=data) is not None
     return sent
 
 
@@ -72,18 +70,17 @@ def retirement_events_due(*, at: dt.datetime | None = None) -> int:
         milestone = min(m for m in RETIRING_MILESTONES if days_left <= m)
         key = f"model.retiring:{model.pk}:{model.retires_on}:{milestone}d"
         data = retirement_event_data(model, days_left=days_left)
-        sent += _emit_to_told(model, "model.retiring", key, data, at)
+        sent += _emit_to_told(model, "model.retiring", key, data)
     retired = ModelVersion.objects.filter(
         lifecycle.status_q(lifecycle.RETIRED, at),
         retires_on__gte=today - RETIRED_WITHIN,
     ).select_related("successor", "successor_tier")
     for model in retired:
-        sent += model_retired_emit(model=model, at=at)
+        sent += model_retired_emit(model=model)
     return sent
 
 
-def model_retired_emit(*, model: ModelVersion, at: dt.datetime | None = None) -> int:
+def model_retired_emit(*, model: ModelVersion) -> int:
     """`model.retired` to every account told of the retirement (once each)."""
-    at = at or timezone.now()
     key = f"model.retired:{model.pk}:{model.retires_on}"
-    return _emit_to_told(model, "model.retired", key, retirement_event_data(model), at)
+    return _emit_to_told(model, "model.retired", key, retirement_event_data(model))

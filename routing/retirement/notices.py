@@ -124,7 +124,6 @@ def notices_announce(*, model: ModelVersion, at: dt.datetime | None = None) -> i
                     type="model.deprecated",
                     key=f"model.deprecated:{model.pk}:{model.retires_on}",
                     data={k: v for k, v in body.items() if k != "object"},
-                    at=at,
                 )
             created += 1
         except IntegrityError:

@@ -6,8 +6,6 @@ sends it once. An account with no endpoint for the type records nothing."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -27,7 +25,6 @@ def event_emit(
     type: str,
     key: str,
     data: dict,
-    at: dt.datetime | None = None,
     endpoints: list[WebhookEndpoint] | None = None,
 ) -> WebhookEvent | None:
     """Record event `type` for the account (once per `key`) with a delivery to each
@@ -35,7 +32,8 @@ def event_emit(
     None when there is nobody to tell or it was emitted already."""
     if type not in EVENT_TYPES and type != TEST_EVENT:
         raise ValueError(f"Unknown event type {type!r}.")
-    at = at or timezone.now()
+    # Deliveries are due now (wall time), whatever time the caller's work is at.
+    now = timezone.now()
     if endpoints is None:
         endpoints = [
             e
@@ -50,7 +48,7 @@ def event_emit(
                 account_id=account_id, type=type, key=key[:200], data=data
             )
             deliveries = WebhookDelivery.objects.bulk_create(
-                WebhookDelivery(event=event, endpoint=e, next_attempt_at=at) for e in endpoints
+                WebhookDelivery(event=event, endpoint=e, next_attempt_at=now) for e in endpoints
             )
     except IntegrityError:
         return None  # emitted already
