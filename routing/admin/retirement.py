@@ -13,8 +13,7 @@ from django.urls import path, reverse
 from catalog import lifecycle
 from catalog.admin import status_sentence
 from catalog.models import ModelVersion, Tier
-from routing.admin.base import ReadOnlyAdmin, stacked, when
-from routing.core.formats import moment
+from routing.admin.base import ReadOnlyAdmin, delivery_state, stacked, when
 from routing.models import Notice, RetirementApplication
 from routing.retirement.impact import impact_chart, retirement_impact
 from routing.retirement.notices import notices_resend
@@ -98,9 +97,7 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="delivery", ordering="delivery")
     def delivery_column(self, obj: Notice):
-        tries = f"{obj.attempts} attempt(s)" if obj.attempts else "not tried"
-        last = f", last {moment(obj.last_attempt_at)}" if obj.last_attempt_at else ""
-        return stacked(obj.get_delivery_display(), tries + last)
+        return delivery_state(obj.get_delivery_display(), obj.attempts, obj.last_attempt_at)
 
     @admin.display(description="last error")
     def error(self, obj: Notice):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from routing.admin.base import ReadOnlyAdmin, stacked, when
-from routing.core.formats import moment
+from routing.admin.base import ReadOnlyAdmin, delivery_state, stacked, when
 from routing.models import BudgetAlert, WebhookDelivery, WebhookEndpoint, WebhookEvent
 from routing.webhooks.delivery import deliveries_resend
 
@@ -85,9 +84,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state", ordering="state")
     def state_column(self, obj: WebhookDelivery):
-        tries = f"{obj.attempts} attempt(s)" if obj.attempts else "not tried"
-        last = f", last {moment(obj.last_attempt_at)}" if obj.last_attempt_at else ""
-        return stacked(obj.get_state_display(), tries + last)
+        return delivery_state(obj.get_state_display(), obj.attempts, obj.last_attempt_at)
 
     @admin.display(description="last status")
     def status(self, obj: WebhookDelivery):

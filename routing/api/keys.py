@@ -19,7 +19,7 @@ from routing.accounts.manage import (
     key_rotate,
 )
 from routing.accounts.scopes import check_manage_keys
-from routing.api.base import ClientAPIView, NewestFirstPagination
+from routing.api.base import ClientAPIView, NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
 from routing.api.serializers import CreditsField, StrictBooleanField, StrictCharField
@@ -132,10 +132,11 @@ class KeyAdminView(ClientAPIView):
 
     def own_key(self, key_id: str) -> ApiKey:
         # A revoked key is gone for clients (as OpenAI's deleted keys are; the admin
-        # keeps the record); ASCII digits only ('¹'.isdigit() is true), at most 18.
+        # keeps the record).
+        pk = ascii_id(key_id)
         k = (
-            ApiKey.objects.filter(account=self.account, pk=int(key_id), revoked_at=None).first()
-            if key_id.isascii() and key_id.isdigit() and len(key_id) <= 18
+            ApiKey.objects.filter(account=self.account, pk=pk, revoked_at=None).first()
+            if pk is not None
             else None
         )
         if k is None:
@@ -211,14 +212,7 @@ class KeyRotateView(KeyAdminView):
     )
     def post(self, request, key_id):
         old = self.own_key(key_id)
-        if not isinstance(request.data, dict):  # a body must be a JSON object (or none)
-            raise Problem(
-                status_code=400,
-                slug="invalid-request",
-                title="Invalid request",
-                detail="The body must be a JSON object (or empty).",
-            )
-        ser = KeyRotateSerializer(data=request.data)
+        ser = KeyRotateSerializer(data=object_body(request))
         ser.is_valid(raise_exception=True)
         new, raw = key_rotate(key=old, overlap_seconds=ser.validated_data["overlap_seconds"])
         return Response(key_json(new, raw), status=status.HTTP_201_CREATED)

@@ -15,7 +15,7 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 
 from httpedge.problems import Problem
-from routing.api.base import NewestFirstPagination
+from routing.api.base import NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES
 from routing.api.keys import KeyAdminView
 from routing.api.parsers import BoundedJSONParser
@@ -160,24 +160,12 @@ def endpoint_refused(exc: EndpointRefused) -> Problem:
     return Problem(status_code=status_code, slug=exc.code, title=title, detail=str(exc))
 
 
-def object_body(request) -> dict:
-    """The JSON object sent (an empty body is {}); a 400 for any other JSON value."""
-    if not isinstance(request.data, dict):
-        raise Problem(
-            status_code=400,
-            slug="invalid-request",
-            title="Invalid request",
-            detail="The body must be a JSON object (or empty).",
-        )
-    return request.data
-
-
 class WebhookAdminView(KeyAdminView):
     def own_endpoint(self, endpoint_id: str) -> WebhookEndpoint:
-        # ASCII digits only ('¹'.isdigit() is true), at most 18.
+        pk = ascii_id(endpoint_id)
         e = (
-            WebhookEndpoint.objects.filter(account=self.account, pk=int(endpoint_id)).first()
-            if endpoint_id.isascii() and endpoint_id.isdigit() and len(endpoint_id) <= 18
+            WebhookEndpoint.objects.filter(account=self.account, pk=pk).first()
+            if pk is not None
             else None
         )
         if e is None:
