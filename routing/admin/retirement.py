@@ -79,7 +79,7 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     list_display = ["created", "account", "model_retiring", "delivery_column", "error"]
     list_select_related = ["account", "model", "successor"]
-    list_filter = ["delivery", "model"]
+    list_filter = ["kind", "delivery", "model"]
     search_fields = ["account__name", "model__slug"]
     actions = ["retry_delivery"]
 
@@ -92,6 +92,8 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="model / retires on", ordering="model__slug")
     def model_retiring(self, obj: Notice):
+        if obj.model_id is None:  # a budget alert (kind quota.threshold)
+            return stacked(obj.kind, obj.body.get("message", ""))
         successor = f", successor {obj.successor.slug}" if obj.successor_id else ""
         return stacked(obj.model.slug, f"{obj.retires_on:%Y-%m-%d}{successor}")
 

@@ -15,6 +15,7 @@ charged or held; routing.accounts.scopes). Never on the quote path."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from decimal import Decimal
 
 from django.db import IntegrityError, connection, transaction
@@ -67,6 +68,16 @@ def thresholds_clean(values) -> list[int]:
     ):
         raise ValueError(f"Thresholds are a list of whole percents from 1 to {MAX_THRESHOLD}.")
     return sorted(set(values))
+
+
+def thresholds_crossed(before, after, limit, thresholds) -> bool:
+    """Whether a spend going from `before` to `after` reached a threshold (percent of
+    `limit`) it had not reached: the settlement that does it checks the package."""
+    if isinstance(thresholds, str):
+        thresholds = json.loads(thresholds)
+    if before is None or after is None or not limit or not isinstance(thresholds, list):
+        return False
+    return any(isinstance(t, int) and before * 100 < limit * t <= after * 100 for t in thresholds)
 
 
 def package_alerts_check(package_id: int, *, at: dt.datetime | None = None) -> list[BudgetAlert]:

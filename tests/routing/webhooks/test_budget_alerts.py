@@ -146,3 +146,16 @@ def test_concurrent_settlements_cross_each_threshold_exactly_once(on_postgres, d
     assert Notice.objects.filter(kind="quota.threshold").count() == 3
     assert WebhookEvent.objects.filter(type="quota.threshold").count() == 3
     assert quota.ledger_mismatches() == []
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_budget_notices_and_alerts(admin_client, dispatched):
+    account = make_account()
+    pkg = make_package(account, limit="10")
+    spend(pkg, "8", "a")
+    page = admin_client.get("/admin/routing/notice/")
+    assert page.status_code == 200
+    assert "has used 80 % of its 10.00 credits" in page.content.decode()
+    page = admin_client.get("/admin/routing/budgetalert/")
+    assert page.status_code == 200 and f"package:{pkg.pk}" in page.content.decode()
+    assert admin_client.get("/admin/").status_code == 200
