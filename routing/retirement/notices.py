@@ -31,7 +31,6 @@ from routing.webhooks.events import event_emit
 logger = logging.getLogger(__name__)
 
 RECENT_USE = dt.timedelta(days=30)
-WEBHOOK_TIMEOUT_SECONDS = 5
 WEBHOOK_MAX_ATTEMPTS = 6
 
 
