@@ -374,6 +374,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "expire-files": {"task": tasknames.EXPIRE_FILES, "schedule": 3600.0},
     "reconcile-occupancy": {"task": tasknames.RECONCILE_OCCUPANCY, "schedule": 60.0},
+    "sweep-webhooks": {"task": tasknames.SWEEP_WEBHOOKS, "schedule": 5.0},
     "sweep-jobs": {
         "task": tasknames.SWEEP_JOBS,
         "schedule": float(os.environ.get("JOB_SWEEP_SECONDS", "5")),
@@ -400,6 +401,8 @@ _QUEUE_TASKS = {
         tasknames.APPLY_RETIREMENTS,
         tasknames.ANNOUNCE_NOTICES,
         tasknames.DELIVER_NOTICE,
+        tasknames.DELIVER_WEBHOOK,
+        tasknames.SWEEP_WEBHOOKS,
         tasknames.EXPIRE_FILES,
         tasknames.RECONCILE_OCCUPANCY,
     ),
@@ -458,6 +461,22 @@ BATCH_OUTPUT_EXPIRES_DAYS = float(os.environ.get("BATCH_OUTPUT_EXPIRES_DAYS", "3
 # Webhook URLs must be https with public destinations (routing.core.urls_safe); an admin
 # may allow plain http here (a test receiver, a private deployment).
 WEBHOOK_ALLOW_HTTP = env_bool("WEBHOOK_ALLOW_HTTP", False)
+# Exact `host` or `host:port` entries (comma-separated) whose addresses need not be
+# public: an internal receiver, a test's. Empty (the default): none.
+WEBHOOK_ALLOW_HOSTS = frozenset(
+    h.strip().lower() for h in os.environ.get("WEBHOOK_ALLOW_HOSTS", "").split(",") if h.strip()
+)
+# Seconds between a failed webhook delivery and its next attempt (routing.webhooks), one
+# entry per retry: Standard Webhooks' schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h);
+# after the last, the delivery is failed (the admin and the API can send it again).
+WEBHOOK_RETRY_SCHEDULE = [
+    float(x)
+    for x in os.environ.get("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000").split(
+        ","
+    )
+]
+# A rotated endpoint secret keeps signing (next to the new one) this long by default.
+WEBHOOK_SECRET_OVERLAP_SECONDS = float(os.environ.get("WEBHOOK_SECRET_OVERLAP_SECONDS", "86400"))
 
 # --- Admin login lockout (django-axes) -----------------------------------------------
 # ADMIN_LOGIN_FAILURES failed logins for one username from one address lock that pair out

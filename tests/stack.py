@@ -60,6 +60,7 @@ class Stack:
         web_workers: int = 1,
         credits: str = "100",
         broker=None,
+        extra_env: dict | None = None,
     ):
         # The broker is Redis unless another (a RabbitServer) is given; the cache (rate
         # limits, shared caches) stays on Redis either way, as in production.
@@ -77,6 +78,7 @@ class Stack:
             DB_CONN_MAX_AGE=60,
             LOG_LEVEL="INFO",
             API_THROTTLE_RATE="off",  # end-to-end tests and benchmarks load one account
+            **(extra_env or {}),
         )
         run_manage(self.env, "migrate", "--noinput")
         run_manage(self.env, "loadcatalog")

@@ -26,7 +26,8 @@ from decimal import Decimal
 from django.db.models import Case, DecimalField, F, Sum, Value, When
 
 from routing.models import ApiKey, Job
-from routing.quota.periods import period_start_for
+from routing.quota.alerts import key_alerts_record
+from routing.quota.periods import next_period_start, period_start_for
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -122,3 +123,20 @@ def check_spend(key: ApiKey | None, amount: Decimal, at: dt.datetime) -> None:
             f"{key.spend_period}; {spent:.2f} spent, this request needs {amount:.4f}.",
             "key-spend-limit",
         )
+
+
+def key_alerts_check(key: ApiKey, at: dt.datetime) -> None:
+    """Budget alerts of a key with a cap (routing.quota.alerts): the thresholds its
+    spend this period (as its cap counts it) has reached, each told once. Run after a
+    job it sent is accepted, on commit (so the last of concurrent acceptances sees them
+    all)."""
+    if key.spend_limit is None:
+        return
+    start = period_start_for(key.spend_period, at)
+    key_alerts_record(
+        key=key,
+        spent=key_spent(key.pk, start),
+        period_start=start,
+        period_end=next_period_start(key.spend_period, start),
+        at=at,
+    )

@@ -13,6 +13,7 @@ from routing.admin import (  # noqa: F401
     quota,
     retirement,
     schedules,
+    webhooks,
 )
 
 admin.site.index_template = "admin/routing/index.html"

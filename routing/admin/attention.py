@@ -54,6 +54,38 @@ def attention_lines() -> list:
                 f.model.slug,
             )
         )
+    for alert in a.budget_alerts:
+        what = (
+            format_html(
+                'package <a href="{}">{}</a>',
+                reverse("admin:routing_quotapackage_change", args=[alert.package_id]),
+                alert.package.name,
+            )
+            if alert.package_id
+            else format_html(
+                'key <a href="{}">{}</a>',
+                reverse("admin:routing_apikey_change", args=[alert.api_key_id]),
+                alert.api_key.name,
+            )
+        )
+        lines.append(
+            format_html(
+                "{} of {} has used {} % of its budget ({} of {} credits).",
+                what,
+                alert.account.name,
+                alert.threshold,
+                f"{alert.spent:.2f}",
+                f"{alert.limit:.2f}",
+            )
+        )
+    if a.failed_deliveries:
+        lines.append(
+            format_html(
+                '<a href="{}">{} webhook delivery(ies)</a> failed: send them again from the list.',
+                reverse("admin:routing_webhookdelivery_changelist") + "?state__exact=failed",
+                a.failed_deliveries,
+            )
+        )
     for p in a.pools:
         lines.append(
             format_html(

@@ -109,3 +109,10 @@ def when(value) -> str:
 def package_column(package) -> str:
     """A quota package as account over package name."""
     return stacked(package.account.name, package.name)
+
+
+def delivery_state(state: str, attempts: int, last_attempt_at) -> str:
+    """A delivery's state over its attempts: 'Failed' / '3 attempt(s), last 2 min ago'."""
+    tries = f"{attempts} attempt(s)" if attempts else "not tried"
+    last = f", last {moment(last_attempt_at)}" if last_attempt_at else ""
+    return stacked(state, tries + last)

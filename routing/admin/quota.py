@@ -20,6 +20,7 @@ from routing.admin.base import (
 from routing.core.formats import credits_text
 from routing.models import LedgerEntry, QuotaPackage, QuotaReservation
 from routing.quota import first_period
+from routing.quota.alerts import package_alerts_check, thresholds_clean
 
 
 class QuotaPackageForm(forms.ModelForm):
@@ -43,7 +44,14 @@ class QuotaPackageForm(forms.ModelForm):
             "on_retirement",
             "migrate_tier",
             "conversion",
+            "alert_thresholds",
         ]
+
+    def clean_alert_thresholds(self):
+        try:
+            return thresholds_clean(self.cleaned_data.get("alert_thresholds") or [])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def clean(self):
         data = super().clean()
@@ -100,6 +108,10 @@ class QuotaPackageAdmin(admin.ModelAdmin):
         if not change:
             obj.period_start, obj.next_reset_at = first_period(obj.period, at=timezone.now())
         super().save_model(request, obj, form, change)
+        if change and {"limit", "alert_thresholds"} & set(form.changed_data):
+            # A lower limit or a new threshold may be reached already: told now, not at
+            # the next settlement that crosses one.
+            package_alerts_check(obj.pk)
 
 
 @admin.register(LedgerEntry)

@@ -13,8 +13,7 @@ from django.urls import path, reverse
 from catalog import lifecycle
 from catalog.admin import status_sentence
 from catalog.models import ModelVersion, Tier
-from routing.admin.base import ReadOnlyAdmin, stacked, when
-from routing.core.formats import moment
+from routing.admin.base import ReadOnlyAdmin, delivery_state, stacked, when
 from routing.models import Notice, RetirementApplication
 from routing.retirement.impact import impact_chart, retirement_impact
 from routing.retirement.notices import notices_resend
@@ -80,7 +79,7 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     list_display = ["created", "account", "model_retiring", "delivery_column", "error"]
     list_select_related = ["account", "model", "successor"]
-    list_filter = ["delivery", "model"]
+    list_filter = ["kind", "delivery", "model"]
     search_fields = ["account__name", "model__slug"]
     actions = ["retry_delivery"]
 
@@ -93,14 +92,14 @@ class NoticeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="model / retires on", ordering="model__slug")
     def model_retiring(self, obj: Notice):
+        if obj.model_id is None:  # a budget alert (kind quota.threshold)
+            return stacked(obj.kind, obj.body.get("message", ""))
         successor = f", successor {obj.successor.slug}" if obj.successor_id else ""
         return stacked(obj.model.slug, f"{obj.retires_on:%Y-%m-%d}{successor}")
 
     @admin.display(description="delivery", ordering="delivery")
     def delivery_column(self, obj: Notice):
-        tries = f"{obj.attempts} attempt(s)" if obj.attempts else "not tried"
-        last = f", last {moment(obj.last_attempt_at)}" if obj.last_attempt_at else ""
-        return stacked(obj.get_delivery_display(), tries + last)
+        return delivery_state(obj.get_delivery_display(), obj.attempts, obj.last_attempt_at)
 
     @admin.display(description="last error")
     def error(self, obj: Notice):

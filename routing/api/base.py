@@ -103,3 +103,21 @@ def client_deprecation_headers(model, request, at=None) -> dict[str, str]:
         link = f'<{notices}>; rel="deprecation"; type="application/json"'
         headers["Link"] = f"{headers['Link']}, {link}" if "Link" in headers else link
     return headers
+
+
+def ascii_id(value: str) -> int | None:
+    """A path id as an int: ASCII digits only ('¹'.isdigit() is true), at most 18; None
+    for anything else (the caller's 404)."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else None
+
+
+def object_body(request) -> dict:
+    """The JSON object sent (an empty body is {}); a 400 for any other JSON value."""
+    if not isinstance(request.data, dict):
+        raise Problem(
+            status_code=400,
+            slug="invalid-request",
+            title="Invalid request",
+            detail="The body must be a JSON object (or empty).",
+        )
+    return request.data

@@ -19,13 +19,15 @@ from routing.accounts.manage import (
     key_rotate,
 )
 from routing.accounts.scopes import check_manage_keys
-from routing.api.base import ClientAPIView, NewestFirstPagination
+from routing.api.base import ClientAPIView, NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
 from routing.api.serializers import CreditsField, StrictBooleanField, StrictCharField
 from routing.api.shapes import money
 from routing.core.formats import cut, iso
 from routing.models import ApiKey
+from routing.models.accounts import default_alert_thresholds
+from routing.quota.alerts import MAX_THRESHOLD
 from simengine import TIERS
 
 
@@ -55,6 +57,13 @@ class KeyCreateSerializer(serializers.Serializer):
     )
     spend_limit = CreditsField(required=False, allow_null=True)
     spend_period = serializers.ChoiceField(choices=ApiKey.Period.values, default="month")
+    alert_thresholds = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_THRESHOLD),
+        max_length=10,
+        required=False,
+        help_text="Budget alerts: percents of spend_limit told once per spend_period "
+        "(a notice and a quota.threshold webhook); default 50, 80, 100; empty: none.",
+    )
 
 
 class KeyRotateSerializer(serializers.Serializer):
@@ -83,6 +92,7 @@ class KeySerializer(serializers.Serializer):
     tpm = serializers.IntegerField(allow_null=True)
     spend_limit = serializers.CharField(allow_null=True)
     spend_period = serializers.CharField()
+    alert_thresholds = serializers.ListField(child=serializers.IntegerField())
     rotated_to = serializers.IntegerField(allow_null=True)
     key = serializers.CharField(required=False, help_text="The secret, shown once.")
 
@@ -106,6 +116,7 @@ def key_json(k: ApiKey, raw: str | None = None) -> dict:
         "tpm": k.tokens_per_minute,
         "spend_limit": money(k.spend_limit),
         "spend_period": k.spend_period,
+        "alert_thresholds": list(k.alert_thresholds or []),
         "rotated_to": k.rotated_to_id,
     }
     if raw is not None:
@@ -121,10 +132,11 @@ class KeyAdminView(ClientAPIView):
 
     def own_key(self, key_id: str) -> ApiKey:
         # A revoked key is gone for clients (as OpenAI's deleted keys are; the admin
-        # keeps the record); ASCII digits only ('¹'.isdigit() is true), at most 18.
+        # keeps the record).
+        pk = ascii_id(key_id)
         k = (
-            ApiKey.objects.filter(account=self.account, pk=int(key_id), revoked_at=None).first()
-            if key_id.isascii() and key_id.isdigit() and len(key_id) <= 18
+            ApiKey.objects.filter(account=self.account, pk=pk, revoked_at=None).first()
+            if pk is not None
             else None
         )
         if k is None:
@@ -162,6 +174,7 @@ class KeyListView(KeyAdminView, generics.GenericAPIView):
             tokens_per_minute=d.get("tpm"),
             spend_limit=d.get("spend_limit"),
             spend_period=d["spend_period"],
+            alert_thresholds=sorted(set(d.get("alert_thresholds", default_alert_thresholds()))),
         )
         return Response(key_json(key, raw), status=status.HTTP_201_CREATED)
 
@@ -199,14 +212,7 @@ class KeyRotateView(KeyAdminView):
     )
     def post(self, request, key_id):
         old = self.own_key(key_id)
-        if not isinstance(request.data, dict):  # a body must be a JSON object (or none)
-            raise Problem(
-                status_code=400,
-                slug="invalid-request",
-                title="Invalid request",
-                detail="The body must be a JSON object (or empty).",
-            )
-        ser = KeyRotateSerializer(data=request.data)
+        ser = KeyRotateSerializer(data=object_body(request))
         ser.is_valid(raise_exception=True)
         new, raw = key_rotate(key=old, overlap_seconds=ser.validated_data["overlap_seconds"])
         return Response(key_json(new, raw), status=status.HTTP_201_CREATED)

@@ -179,4 +179,31 @@ PROBLEM_TYPES: dict[str, P] = {
         "Every request of the batch completed.",
         "Nothing to do.",
     ),
+    # --- webhooks ------------------------------------------------------------------
+    "webhook-not-found": P(
+        "Unknown webhook endpoint",
+        404,
+        "No webhook endpoint of this account has that id.",
+        "List the account's endpoints with GET /api/v1/webhooks.",
+    ),
+    "unsafe-url": P(
+        "URL not allowed",
+        400,
+        "The service does not call this URL: it is not https (or http where the operator "
+        "allows it), does not resolve, or resolves to a private, loopback, link-local, "
+        "multicast or reserved address.",
+        "Use an https URL on a public address.",
+    ),
+    "unknown-event-type": P(
+        "Unknown event type",
+        400,
+        "An event type named is not one the service sends.",
+        "Use the types listed in the README's Webhooks section.",
+    ),
+    "too-many-endpoints": P(
+        "Too many endpoints",
+        409,
+        "The account has as many webhook endpoints as it may have (20).",
+        "Delete one, or subscribe one endpoint to more event types.",
+    ),
 }

@@ -409,15 +409,27 @@ class NoticeSerializer(serializers.Serializer):
 
     id = serializers.UUIDField()
     object = serializers.CharField(default="notice")
-    kind = serializers.CharField()
-    model = serializers.CharField()
-    retires_on = serializers.DateField()
-    announced_on = serializers.DateField()
-    successor = serializers.CharField(allow_null=True)
-    successor_tier = serializers.CharField(allow_null=True)
+    kind = serializers.CharField(
+        help_text="retirement: a model the account uses retires (model, retires_on, "
+        "successor...); quota.threshold: a budget threshold crossed (scope, threshold, "
+        "spent, limit...).",
+    )
+    model = serializers.CharField(required=False)
+    retires_on = serializers.DateField(required=False)
+    announced_on = serializers.DateField(required=False)
+    successor = serializers.CharField(allow_null=True, required=False)
+    successor_tier = serializers.CharField(allow_null=True, required=False)
     message = serializers.CharField()
-    your_usage = serializers.DictField()
-    quota = serializers.ListField(child=serializers.DictField())
+    your_usage = serializers.DictField(required=False)
+    quota = serializers.ListField(child=serializers.DictField(), required=False)
+    scope = serializers.ChoiceField(choices=["package", "key"], required=False)
+    package = serializers.DictField(required=False, help_text="scope package: id, name.")
+    key = serializers.DictField(required=False, help_text="scope key: id, name.")
+    threshold = serializers.IntegerField(required=False, help_text="Percent of the limit.")
+    spent = serializers.CharField(required=False)
+    limit = serializers.CharField(required=False)
+    period_start = serializers.DateTimeField(required=False)
+    period_end = serializers.DateTimeField(required=False, allow_null=True)
     created_at = serializers.DateTimeField()
     delivery = serializers.ChoiceField(choices=Notice.Delivery.values)
 

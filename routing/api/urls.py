@@ -1,5 +1,5 @@
 from httpedge.paths import both
-from routing.api import batches, files, jobs, keys, notices, quota, quotes, usage
+from routing.api import batches, files, jobs, keys, notices, quota, quotes, usage, webhooks
 
 urlpatterns = [
     *both("quotes", quotes.QuoteView.as_view(), name="quote"),
@@ -18,4 +18,21 @@ urlpatterns = [
     *both("keys", keys.KeyListView.as_view(), name="key-list"),
     *both("keys/<str:key_id>", keys.KeyDetailView.as_view(), name="key-detail"),
     *both("keys/<str:key_id>/rotate", keys.KeyRotateView.as_view(), name="key-rotate"),
+    *both("webhooks", webhooks.WebhookListView.as_view(), name="webhook-list"),
+    *both(
+        "webhooks/<str:endpoint_id>", webhooks.WebhookDetailView.as_view(), name="webhook-detail"
+    ),
+    *both(
+        "webhooks/<str:endpoint_id>/rotate-secret",
+        webhooks.WebhookRotateView.as_view(),
+        name="webhook-rotate-secret",
+    ),
+    *both(
+        "webhooks/<str:endpoint_id>/deliveries",
+        webhooks.WebhookDeliveriesView.as_view(),
+        name="webhook-deliveries",
+    ),
+    *both(
+        "webhooks/<str:endpoint_id>/test", webhooks.WebhookTestView.as_view(), name="webhook-test"
+    ),
 ]

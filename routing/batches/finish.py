@@ -15,7 +15,9 @@ from django.utils import timezone
 from routing import quota
 from routing.batches.files import file_write
 from routing.batches.output import error_lines, output_lines
+from routing.core.formats import iso
 from routing.models import Batch, BatchRequest, File, QuotaReservation
+from routing.webhooks.events import event_emit
 
 _END_FIELD = {
     Batch.Status.COMPLETED: "completed_at",
@@ -78,6 +80,7 @@ def batch_end(*, batch: Batch, status: str, at: dt.datetime) -> str:
     batch.save(
         update_fields=["status", _END_FIELD[status], "output_file", "error_file", "next_advance_at"]
     )
+    batch_event_emit(batch, at)
     return status
 
 
@@ -100,7 +103,46 @@ def batch_fail(
     batch.failed_at = at
     batch.errors = errors
     batch.save(update_fields=["status", "failed_at", "errors", "failed", *also])
+    batch_event_emit(batch, at)
     return batch
+
+
+_EVENTS = {
+    Batch.Status.COMPLETED: "batch.completed",
+    Batch.Status.FAILED: "batch.failed",
+    Batch.Status.EXPIRED: "batch.expired",
+}
+
+
+def batch_event_emit(batch: Batch, at: dt.datetime) -> None:
+    """The webhook event of a batch that ended completed, failed or expired (in the
+    transaction that ended it; once per batch and status)."""
+    kind = _EVENTS.get(batch.status)
+    if kind is None:
+        return
+    event_emit(
+        account_id=batch.account_id,
+        type=kind,
+        key=f"{kind}:{batch.pk}",
+        data={
+            "id": str(batch.pk),
+            "object": "batch",
+            "status": batch.status,
+            "endpoint": batch.endpoint,
+            "input_file_id": batch.input_file_id,
+            "output_file_id": batch.output_file_id,
+            "error_file_id": batch.error_file_id,
+            "request_counts": {
+                "total": batch.total,
+                "completed": batch.completed,
+                "failed": batch.failed,
+            },
+            "errors": batch.errors or None,
+            "created_at": iso(batch.created_at),
+            "ended_at": iso(at),
+            "metadata": batch.metadata,
+        },
+    )
 
 
 def requests_close(

@@ -8,6 +8,11 @@ link-local, multicast, reserved, shared or unspecified address, in IPv4 or IPv6
 redirect, honours no proxy variable, and checks the address it actually connected to
 (a name that resolved to a public address at the check and to a private one at the
 connection is refused).
+
+The one opt-in exception is the operator's: `allow_hosts` (the setting
+WEBHOOK_ALLOW_HOSTS, empty by default) names exact `host` or `host:port` entries whose
+addresses need not be public (an internal receiver, a test's). Everything else holds
+for them too (scheme, no redirect, no proxy).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import socket
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
+
+from django.conf import settings
 
 
 class UnsafeURL(ValueError):
@@ -52,10 +59,19 @@ def _resolve(host: str, port: int) -> list[str]:
     return sorted({info[4][0] for info in infos})
 
 
-def webhook_url_check(url: str, *, allow_http: bool = False) -> list[str]:
-    """The addresses `url` resolves to, all public; UnsafeURL (with the reason) if the
-    scheme is not https (or http with `allow_http`), there is no host, or any address
-    is not public."""
+def host_allowed(host: str, port: int, allow_hosts) -> bool:
+    """Whether `host` (and `port`) is on the operator's allow-list: an entry `host`
+    allows every port, `host:port` that one."""
+    if not allow_hosts:
+        return False
+    host = host.lower().strip("[]")
+    return host in allow_hosts or f"{host}:{port}" in allow_hosts
+
+
+def webhook_url_check(url: str, *, allow_http: bool = False, allow_hosts=()) -> list[str]:
+    """The addresses `url` resolves to, all public (unless its host is in
+    `allow_hosts`); UnsafeURL (with the reason) if the scheme is not https (or http
+    with `allow_http`), there is no host, or any address is not public."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -75,6 +91,8 @@ def webhook_url_check(url: str, *, allow_http: bool = False) -> list[str]:
     addresses = _resolve(host, port)
     if not addresses:
         raise UnsafeURL(f"The host {host!r} does not resolve.")
+    if host_allowed(host, port, allow_hosts):
+        return addresses
     refused = [a for a in addresses if not address_public(a)]
     if refused:
         raise UnsafeURL(
@@ -89,6 +107,8 @@ def webhook_url_check(url: str, *, allow_http: bool = False) -> list[str]:
 
 def _check_peer(conn: http.client.HTTPConnection) -> None:
     peer = conn.sock.getpeername()[0] if conn.sock is not None else ""
+    if host_allowed(conn.host, conn.port, getattr(conn, "allow_hosts", ())):
+        return
     if not address_public(peer):
         conn.close()
         raise UnsafeURL(f"Connected to a non-public address ({peer}): refused.")
@@ -107,13 +127,31 @@ class _PublicHTTPSConnection(http.client.HTTPSConnection):
 
 
 class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, allow_hosts=()):
+        super().__init__()
+        self.allow_hosts = frozenset(allow_hosts)
+
     def http_open(self, req):
-        return self.do_open(_PublicHTTPConnection, req)
+        return self.do_open(self._connection, req)
+
+    def _connection(self, *args, **kwargs):
+        conn = _PublicHTTPConnection(*args, **kwargs)
+        conn.allow_hosts = self.allow_hosts
+        return conn
 
 
 class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, allow_hosts=()):
+        super().__init__()
+        self.allow_hosts = frozenset(allow_hosts)
+
     def https_open(self, req):
-        return self.do_open(_PublicHTTPSConnection, req, context=self._context)
+        return self.do_open(self._connection, req, context=self._context)
+
+    def _connection(self, *args, **kwargs):
+        conn = _PublicHTTPSConnection(*args, **kwargs)
+        conn.allow_hosts = self.allow_hosts
+        return conn
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -123,18 +161,34 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def public_opener() -> urllib.request.OpenerDirector:
+def public_opener(allow_hosts=()) -> urllib.request.OpenerDirector:
     """An opener for http(s) only: no proxy (ProxyHandler({}) ignores the environment),
-    no redirects, and only public peers."""
+    no redirects, and only public peers (or hosts in `allow_hosts`)."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler({}),
         urllib.request.UnknownHandler(),
-        _PublicHTTPHandler(),
-        _PublicHTTPSHandler(),
+        _PublicHTTPHandler(allow_hosts),
+        _PublicHTTPSHandler(allow_hosts),
         _NoRedirect(),
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),
     ):
         opener.add_handler(handler)
     return opener
+
+
+# --- The service's rule, from its settings ----------------------------------------------
+
+
+def configured_check(url: str) -> list[str]:
+    """`webhook_url_check` under the operator's settings (WEBHOOK_ALLOW_HTTP,
+    WEBHOOK_ALLOW_HOSTS): what every webhook URL is held to, at save and at call."""
+    return webhook_url_check(
+        url, allow_http=settings.WEBHOOK_ALLOW_HTTP, allow_hosts=settings.WEBHOOK_ALLOW_HOSTS
+    )
+
+
+def configured_opener() -> urllib.request.OpenerDirector:
+    """`public_opener` under the operator's WEBHOOK_ALLOW_HOSTS."""
+    return public_opener(settings.WEBHOOK_ALLOW_HOSTS)

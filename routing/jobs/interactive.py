@@ -47,7 +47,7 @@ from routing import quota
 from routing.core.clock import wall
 from routing.jobs.errors import InteractiveFailed, NoTierChosen
 from routing.jobs.submit import job_submit
-from routing.jobs.worker import _settle, job_claim, job_finish
+from routing.jobs.worker import _settle, job_claim, job_failed_emit, job_finish
 from routing.models import Account, Job
 from routing.quota.packages import credits
 from routing.router.resolve import ModelRetired
@@ -307,6 +307,8 @@ def stream_settle(job: Job, *, at: dt.datetime, status: str, why: str = "") -> J
         else "delivered; nothing charged."
     )
     job.save(update_fields=fields)
+    if status == Job.Status.FAILED:
+        job_failed_emit(job)
     return job
 
 
@@ -370,6 +372,7 @@ def interactive_abandon(job_id, *, at: dt.datetime | None = None) -> Job | None:
         job.save(
             update_fields=["status", "finished_at", "finishes_at", "cost", "simulated", "error"]
         )
+        job_failed_emit(job)
         return job
 
 

@@ -124,6 +124,8 @@ def job_submit(
             _related_from_memory(job, q)
             if send:
                 transaction.on_commit(lambda: send_run(job.pk))
+            if api_key is not None and api_key.spend_limit is not None:
+                transaction.on_commit(lambda: scopes.key_alerts_check(api_key, at), robust=True)
     except IntegrityError:
         if taken is not None:
             taken.give_back()

@@ -25,9 +25,11 @@ from catalog.models import HardwarePool, ModelVersion, Tier
 from routing import quota
 from routing.core import dispatch, metrics, tasknames
 from routing.core.clock import sim_scale, wall
+from routing.core.formats import iso
 from routing.core.shared import SharedMemo
 from routing.models import Job
 from routing.router import occupancy, snapshot, timing
+from routing.webhooks.events import event_emit
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,7 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         job.attempts += 1
         job.save(update_fields=["status", "error", "finished_at", "attempts"])
         quota.quota_release(reservation_id=job.reservation_id, at=at)
+        job_failed_emit(job)
         return job
     # One slot booking at a time per pool: lock the pool row (PostgreSQL).
     if connection.features.has_select_for_update:
@@ -253,6 +256,30 @@ def _observe_on_commit(job: Job) -> None:
             late_by_seconds=late,
             within_promise=within,
         )
+    )
+
+
+def job_failed_emit(job: Job) -> None:
+    """The `job.failed` webhook event of a job that just failed (in the transaction
+    that failed it; once per job)."""
+    event_emit(
+        account_id=job.account_id,
+        type="job.failed",
+        key=f"job.failed:{job.pk}",
+        data={
+            "id": str(job.pk),
+            "object": "job",
+            "status": job.status,
+            "model": job.requested_model,
+            "requested_tier": job.requested_tier,
+            "error": job.error,
+            "created_at": iso(job.created_at),
+            "finished_at": iso(job.finished_at),
+            "cost": None if job.cost is None else f"{job.cost:.6f}",
+            "api_key_id": job.api_key_id,
+            "user": job.user,
+            "metadata": job.metadata,
+        },
     )
 
 

@@ -6,12 +6,14 @@ from routing.models.batches import Batch, BatchRequest, BatchSchedule, File, _fi
 from routing.models.jobs import Job, PoolLoad, PoolOccupancy
 from routing.models.quota import CREDIT, LedgerEntry, QuotaPackage, QuotaReservation
 from routing.models.retirement import Notice, RetirementApplication
+from routing.models.webhooks import BudgetAlert, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 __all__ = [
     "CREDIT",
     "Account",
     "ApiKey",
     "Batch",
+    "BudgetAlert",
     "BatchRequest",
     "BatchSchedule",
     "File",
@@ -23,6 +25,9 @@ __all__ = [
     "QuotaPackage",
     "QuotaReservation",
     "RetirementApplication",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookEvent",
     "_file_id",
     "_file_path",
 ]

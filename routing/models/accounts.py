@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from routing.core.limits import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
-from routing.core.urls_safe import UnsafeURL, webhook_url_check
+from routing.core.urls_safe import UnsafeURL, configured_check
+
+
+def default_alert_thresholds() -> list[int]:
+    """Budget alerts at 50, 80 and 100 % of a limit (routing.quota.alerts)."""
+    return [50, 80, 100]
+
 
 DEFAULT_TIER_CHOICES = [
     ("standard", "Standard"),
@@ -85,7 +90,7 @@ class Account(models.Model):
             and "webhook_url" not in (exclude or ())
         ):
             try:
-                webhook_url_check(self.webhook_url, allow_http=settings.WEBHOOK_ALLOW_HTTP)
+                configured_check(self.webhook_url)
             except UnsafeURL as exc:
                 errors["webhook_url"] = [ValidationError(str(exc), code="unsafe-url")]
         if errors:
@@ -134,6 +139,12 @@ class ApiKey(models.Model):
         help_text="Credits this key may spend per spend_period; blank: no cap of its own.",
     )
     spend_period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTH)
+    alert_thresholds = models.JSONField(
+        default=default_alert_thresholds,
+        blank=True,
+        help_text="Budget alerts: percents of spend_limit taken in a spend_period, each "
+        "told once per period; empty: none.",
+    )
     rotated_to = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

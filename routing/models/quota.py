@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from catalog.models import ModelFamily, ModelVersion, Tier
-from routing.models.accounts import Account
+from routing.models.accounts import Account, default_alert_thresholds
 
 CREDIT = {"max_digits": 18, "decimal_places": 6}
 
@@ -70,6 +70,12 @@ class QuotaPackage(models.Model):
         null=True,
         blank=True,
         help_text="Input + output tokens of the work it pays for, per minute.",
+    )
+    alert_thresholds = models.JSONField(
+        default=default_alert_thresholds,
+        blank=True,
+        help_text="Budget alerts: percents of the limit spent that are told once per "
+        "period (a notice and a quota.threshold webhook); empty: none.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

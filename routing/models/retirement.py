@@ -35,8 +35,13 @@ class RetirementApplication(models.Model):
 
 
 class Notice(models.Model):
-    """Something an account must hear about in time (today: a retirement that affects
-    it), with the state of its webhook delivery."""
+    """Something an account must hear about in time, with the state of its delivery to
+    the account's `webhook_url`: a retirement that affects it (`kind` "retirement",
+    with the model and date) or a budget threshold crossed (`kind` "quota.threshold",
+    no model; also sent as a signed webhook event, routing.quota.alerts)."""
+
+    RETIREMENT = "retirement"
+    QUOTA_THRESHOLD = "quota.threshold"
 
     class Delivery(models.TextChoices):
         NONE = "none", "No webhook"
@@ -47,8 +52,10 @@ class Notice(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="notices")
     kind = models.CharField(max_length=20, default="retirement")
-    model = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="+")
-    retires_on = models.DateField()
+    model = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    retires_on = models.DateField(null=True, blank=True)
     successor = models.ForeignKey(
         ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -69,11 +76,15 @@ class Notice(models.Model):
             # One notice per account, model and retirement date: announcing twice (or a
             # rerun after a crash) notifies once; a new date is a new notice.
             models.UniqueConstraint(
-                fields=["account", "kind", "model", "retires_on"], name="notice_once"
+                fields=["account", "kind", "model", "retires_on"],
+                condition=models.Q(kind="retirement"),
+                name="notice_once",
             )
         ]
 
     def __str__(self) -> str:
+        if self.model_id is None:
+            return f"{self.account}: {self.kind}"
         return f"{self.account}: {self.kind} of {self.model.slug} on {self.retires_on}"
 
 

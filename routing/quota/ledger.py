@@ -17,6 +17,7 @@ from django.db.models.functions import Round
 from django.utils import timezone
 
 from routing.models import Account, LedgerEntry, QuotaPackage, QuotaReservation
+from routing.quota.alerts import package_alerts_check, thresholds_crossed
 from routing.quota.packages import (
     ZERO,
     QuotaError,
@@ -275,6 +276,8 @@ def _close_reservation(
             delta_reserved=-held,
             delta_spent=charge,
         )
+        if charge > 0:
+            package_alerts_check(reservation.package_id, at=at)
         return reservation
 
 
@@ -296,13 +299,17 @@ WITH r AS (
     UPDATE {_PKG} AS q SET reserved = ROUND(q.reserved - (r.amount - r.drawn), 6),
         spent = ROUND(q.spent + (r.charged - r.drawn), 6)
     FROM r WHERE q.id = r.package_id
+    RETURNING q.spent - (r.charged - r.drawn) AS spent_before, q.spent AS spent_after,
+        q."limit" AS spend_limit, q.alert_thresholds
 ), entry AS (
     INSERT INTO {_LEDGER} (package_id, reservation_id, kind, delta_reserved, delta_spent,
         note, created_at)
     SELECT package_id, id, %(kind)s, -(amount - drawn), charged - drawn, '', %(now)s::timestamptz
     FROM r
 )
-SELECT {", ".join(_RES_COLUMNS)} FROM r
+SELECT {", ".join("r." + c for c in _RES_COLUMNS)}, p.spent_before, p.spent_after,
+    p.spend_limit, p.alert_thresholds
+FROM r LEFT JOIN p ON true
 """
 _CLOSE_BY = {
     "reference": _CLOSE_SQL.format(where="reference = %(key)s"),
@@ -326,7 +333,13 @@ def _close_pg(reference, reservation_id, state, actual, at) -> QuotaReservation 
         )
         row = cur.fetchone()
     if row is not None:
-        return QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row)
+        n = len(_RES_COLUMNS)
+        reservation = QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row[:n])
+        # Budget alerts, only when this settlement took the spend over a threshold (the
+        # spend before and after it, read under the package's row lock).
+        if thresholds_crossed(*row[n:]):
+            package_alerts_check(reservation.package_id, at=at)
+        return reservation
     # Not held (closed already: nothing to do) or not there.
     by = {"reference": reference} if reference is not None else {"pk": reservation_id}
     return QuotaReservation.objects.filter(**by).first()
@@ -362,6 +375,7 @@ def quota_draw(*, reference: str, amount, note: str = "") -> Decimal:
             delta_spent=charge,
             note=note[:200],
         )
+        package_alerts_check(reservation.package_id)
         return charge
 
 

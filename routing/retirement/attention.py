@@ -1,7 +1,8 @@
 """What needs an operator's attention now (the admin home page lists it): tiers or models
 that did not keep their deadline promise over the last hour, retirements coming (flagged
 when inside their notice period), pools near capacity, notices whose webhook delivery
-failed, and batches at risk of missing their window. Reads only."""
+failed, webhook deliveries that failed, budget thresholds crossed in the last day, and
+batches at risk of missing their window. Reads only."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from catalog import lifecycle
 from catalog.models import HardwarePool, ModelVersion, NoticePolicy
 from routing.core.formats import duration_long
 from routing.jobs.attainment import Attainment, attainment
-from routing.models import Batch, Notice
+from routing.models import Batch, BudgetAlert, Notice, WebhookDelivery
 from routing.router.snapshot import pool_loads
 
 NEAR_CAPACITY = 0.85  # the same line the retirement impact draws ("fits, under 85 %")
@@ -58,9 +59,19 @@ class Attention:
     failed_notices: list[FailedNotices]
     batches: list[BatchAtRisk]
     late: list[Attainment] = field(default_factory=list)
+    budget_alerts: list[BudgetAlert] = field(default_factory=list)
+    failed_deliveries: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.retiring or self.pools or self.failed_notices or self.batches or self.late)
+        return bool(
+            self.retiring
+            or self.pools
+            or self.failed_notices
+            or self.batches
+            or self.late
+            or self.budget_alerts
+            or self.failed_deliveries
+        )
 
 
 def attention(at: dt.datetime | None = None) -> Attention:
@@ -71,7 +82,29 @@ def attention(at: dt.datetime | None = None) -> Attention:
         failed_notices=_failed_notices(),
         batches=_batches_at_risk(at),
         late=[a for a in attainment(at) if a.below_promise],
+        budget_alerts=_budget_alerts(at),
+        failed_deliveries=WebhookDelivery.objects.filter(
+            state=WebhookDelivery.State.FAILED
+        ).count(),
     )
+
+
+BUDGET_ALERTS_SHOWN = dt.timedelta(days=1)
+
+
+def _budget_alerts(at: dt.datetime) -> list[BudgetAlert]:
+    """Budget thresholds crossed in the last day: the highest per package or key."""
+    recent = (
+        BudgetAlert.objects.filter(created_at__gte=at - BUDGET_ALERTS_SHOWN)
+        .select_related("account", "package", "api_key")
+        .order_by("subject", "-threshold")
+    )
+    seen, out = set(), []
+    for alert in recent[:200]:
+        if alert.subject not in seen:
+            seen.add(alert.subject)
+            out.append(alert)
+    return sorted(out, key=lambda a: -a.threshold)[:20]
 
 
 def _retiring(at: dt.datetime) -> list[Retiring]:

@@ -13,6 +13,7 @@ from catalog.models import ModelVersion
 from routing.batches.reroute import batches_reroute
 from routing.models import BatchRequest, Job, RetirementApplication
 from routing.quota import tied_pairs
+from routing.retirement.events import model_retired_emit, retirement_events_due
 from routing.retirement.policies import quota_apply_retirement
 from routing.retirement.reroute import jobs_reroute
 
@@ -43,6 +44,8 @@ def retirements_apply_due(*, at: dt.datetime | None = None) -> dict:
         pk__in=BatchRequest.objects.filter(status=BatchRequest.Status.QUEUED).values("model_id"),
     )
     totals["batch_lines_moved"] = sum(batches_reroute(model=m, at=at)["moved"] for m in with_lines)
+    # The webhook events: model.retiring before the day, model.retired on it.
+    retirement_events_due(at=at)
     return totals
 
 
@@ -53,3 +56,4 @@ def on_model_retired(sender, model: ModelVersion, **kwargs) -> None:
     quota_apply_retirement(model=model)
     jobs_reroute(model=model)
     batches_reroute(model=model)
+    model_retired_emit(model=model)

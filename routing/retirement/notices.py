@@ -1,5 +1,7 @@
 """Notices: a retirement announced reaches every affected account, once, in the API
-(GET /api/v1/notices) and by webhook with retries.
+(GET /api/v1/notices), by the account's `webhook_url` (unsigned, with retries: the
+notice itself) and as a signed `model.deprecated` event to its webhook endpoints
+(routing.webhooks; `model.retiring` and `model.retired` follow, routing.retirement.events).
 
 Affected: accounts that ran jobs on the model in the last 30 days, and accounts holding
 a quota package tied to it. Creating a notice is idempotent (unique per account, model
@@ -11,10 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import urllib.error
-import urllib.request
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, QuerySet
 from django.utils import timezone
@@ -23,14 +22,15 @@ from catalog import lifecycle
 from catalog.models import ModelVersion
 from routing.core import dispatch, tasknames
 from routing.core.formats import iso
-from routing.core.urls_safe import UnsafeURL, public_opener, webhook_url_check
+from routing.core.urls_safe import UnsafeURL, configured_check
 from routing.models import Account, Job, Notice
 from routing.quota import tied_packages
+from routing.webhooks.delivery import PostFailed, webhook_post
+from routing.webhooks.events import event_emit
 
 logger = logging.getLogger(__name__)
 
 RECENT_USE = dt.timedelta(days=30)
-WEBHOOK_TIMEOUT_SECONDS = 5
 WEBHOOK_MAX_ATTEMPTS = 6
 
 
@@ -46,7 +46,7 @@ class WebhookRefused(WebhookError):
 def webhook_check(url: str) -> None:
     """WebhookRefused unless `url` passes the webhook rule (https, public address)."""
     try:
-        webhook_url_check(url, allow_http=settings.WEBHOOK_ALLOW_HTTP)
+        configured_check(url)
     except UnsafeURL as exc:
         raise WebhookRefused(f"refused: {exc}") from exc
 
@@ -117,6 +117,13 @@ def notices_announce(*, model: ModelVersion, at: dt.datetime | None = None) -> i
                 )
                 if account_id in webhooks:
                     transaction.on_commit(lambda nid=notice.pk: send_delivery(nid))
+                # The signed event to the account's webhook endpoints, with the notice.
+                event_emit(
+                    account_id=account_id,
+                    type="model.deprecated",
+                    key=f"model.deprecated:{model.pk}:{model.retires_on}",
+                    data={k: v for k, v in body.items() if k != "object"},
+                )
             created += 1
         except IntegrityError:
             continue  # this account was told already
@@ -170,31 +177,19 @@ def notices_resend(*, notices: QuerySet[Notice]) -> int:
 
 
 def _post(url: str, payload: dict, notice_id: str) -> None:
-    """POST once: no redirect followed (a 3xx fails the attempt), no proxy, only to
-    public addresses (checked before, and on the connected socket)."""
-    webhook_check(url)
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Idempotency-Key": notice_id,  # receivers dedupe: delivery is at least once
-            "User-Agent": "model-lifecycle-router/1 (+notices)",
-        },
-    )
+    """POST once through the webhooks' one way of calling out (no redirect followed, no
+    proxy, only to public addresses, checked before and on the connected socket)."""
     try:
-        with public_opener().open(req, timeout=WEBHOOK_TIMEOUT_SECONDS) as r:
-            if not 200 <= r.status < 300:
-                raise WebhookError(f"HTTP {r.status}")
-    except UnsafeURL as exc:
-        raise WebhookRefused(f"refused: {exc}") from exc
-    except urllib.error.HTTPError as exc:
-        if 300 <= exc.code < 400:
-            raise WebhookError(f"HTTP {exc.code} (redirects are not followed)") from exc
-        raise WebhookError(f"HTTP {exc.code}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        raise WebhookError(str(getattr(exc, "reason", exc))[:200]) from exc
+        webhook_post(
+            url,
+            json.dumps(payload).encode(),
+            {
+                "Idempotency-Key": notice_id,  # receivers dedupe: delivery is at least once
+                "User-Agent": "model-lifecycle-router/1 (+notices)",
+            },
+        )
+    except PostFailed as exc:
+        raise (WebhookRefused if exc.refused else WebhookError)(str(exc)) from exc
 
 
 def notice_deliver(notice_id, *, final: bool = False, post=_post) -> Notice | None:

@@ -17,12 +17,14 @@ from routing.tasks.housekeeping import (
 )
 from routing.tasks.jobs import finish_job, run_job, sweep_jobs
 from routing.tasks.metrics import stamp_published_at  # noqa: F401 (connects the signals)
+from routing.tasks.webhooks import deliver_webhook, sweep_webhooks
 
 __all__ = [
     "advance_batch",
     "announce_notices",
     "apply_retirements",
     "deliver_notice",
+    "deliver_webhook",
     "finalize_batch",
     "finish_job",
     "reset_quota_periods",
@@ -30,5 +32,6 @@ __all__ = [
     "start_scheduled_batch",
     "sweep_batches",
     "sweep_jobs",
+    "sweep_webhooks",
     "validate_batch",
 ]

@@ -24,6 +24,8 @@ KINDS = {
         "routing.apply_retirements",
         "routing.announce_notices",
         "routing.deliver_notice",
+        "routing.deliver_webhook",
+        "routing.sweep_webhooks",
         "routing.expire_files",
         "routing.reconcile_occupancy",
     },
