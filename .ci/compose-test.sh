@@ -58,6 +58,8 @@ sed -e "s|^SECRET_KEY=.*|SECRET_KEY=$("$PY" -c 'import secrets; print(secrets.to
   -e "s|^CSRF_TRUSTED_ORIGINS=.*|CSRF_TRUSTED_ORIGINS=$base|" \
   deploy/compose.env.example >"$work/compose.env"
 echo "SIM_TIME_SCALE=1000" >>"$work/compose.env"
+# Trying a failure: COMPOSE_TEST_UNSET="SECRET_KEY ..." leaves those settings out.
+for name in ${COMPOSE_TEST_UNSET:-}; do sed -i "/^$name=/d" "$work/compose.env"; done
 export LIFECYCLE_ENV_FILE=$work/compose.env HTTP_PORT=$port
 
 of_service() { # service: its containers' names
@@ -77,8 +79,9 @@ gate() { # service healthy|completed|started: wait until each of its containers 
         ;;
       healthy)
         until podman healthcheck run "$c" >/dev/null 2>&1; do
-          if [[ $(podman inspect "$c" --format '{{.State.Status}}') == exited ]]; then
-            say "$svc ($c) exited"
+          if [[ $(podman inspect "$c" --format '{{.State.Status}}') == exited ]] ||
+            (($(podman inspect "$c" --format '{{.RestartCount}}') >= 2)); then
+            say "$svc ($c) exited (restarted $(podman inspect "$c" --format '{{.RestartCount}}') times)"
             return 1
           fi
           if ((SECONDS - started > UP_SECONDS)); then

@@ -7,9 +7,12 @@ from __future__ import annotations
 import io
 import json
 import sys
-import time
+from pathlib import Path
 
 from openai import OpenAI
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+from tests.sdk import batch_until_ended  # noqa: E402 (after the path)
 
 
 def main(base_url: str, key: str) -> None:
@@ -46,11 +49,7 @@ def main(base_url: str, key: str) -> None:
     b = client.batches.create(
         input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    deadline = time.monotonic() + 120
-    while b.status not in ("completed", "failed", "expired", "cancelled"):
-        assert time.monotonic() < deadline, f"batch {b.id} still {b.status}"
-        time.sleep(1)
-        b = client.batches.retrieve(b.id)
+    b = batch_until_ended(client, b, 120)
     assert b.status == "completed" and b.request_counts.completed == 3, b
     out = client.files.content(b.output_file_id).text.splitlines()
     assert len(out) == 3, out

@@ -63,7 +63,8 @@ ensure_base() {
   if [[ ! -s $tarball ]]; then
     say "making the base image with mmdebstrap (Debian bookworm, python3, python3-venv)"
     mkdir -p "$CACHE_DIR"
-    "${NICE[@]}" mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    rm -rf "$tarball" "$tarball.tmp"
+    "${NICE[@]}" mmdebstrap --format=tar --variant=minbase --include=python3,python3-venv,ca-certificates \
       --aptopt='Acquire::Check-Valid-Until "false"' \
       --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
       --dpkgopt='path-exclude=/usr/share/locale/*' \
