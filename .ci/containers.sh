@@ -112,7 +112,8 @@ image() {
   wheels
   say "building $IMAGE from $BASE_IMAGE"
   build "$IMAGE" Containerfile
-  podman image prune -f >/dev/null # the replaced build's dangling layers
+  # Older builds' layers (a day old); the latest build's stay, the next build's cache.
+  podman image prune -f --filter until=24h >/dev/null
   podman image inspect "$IMAGE" --format '{{.Size}}' |
     awk -v i="$IMAGE" '{ printf "%s: %.0f MB\n", i, $1 / 1e6 }'
 }
