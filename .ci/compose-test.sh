@@ -2,8 +2,10 @@
 # `make compose-test`: compose.yaml for real. Brings the stack up with podman-compose
 # (images from `make image` and `.ci/containers.sh services`), on a free port, with a
 # throwaway env file (fresh secrets) and project (its own volumes), then:
-#   - the migrate job exited 0, every container's HEALTHCHECK passes (podman runs them on
-#     request here: podman 4.3 without systemd runs none by itself);
+#   - started in compose.yaml's depends_on order, each gate checked
+#     (deploy/containers/compose-up.sh); the migrate job exited 0, every container's
+#     HEALTHCHECK passes (podman runs them on request here: podman 4.3 without systemd
+#     runs none by itself);
 #   - the README's quick-start walk (curl: models, a retired model's headers, a quote,
 #     a job submitted and followed until it succeeded) through the proxy;
 #   - the OpenAI SDK: models, a chat completion, a stream, a batch run by the batch
@@ -62,53 +64,10 @@ echo "SIM_TIME_SCALE=1000" >>"$work/compose.env"
 for name in ${COMPOSE_TEST_UNSET:-}; do sed -i "/^$name=/d" "$work/compose.env"; done
 export LIFECYCLE_ENV_FILE=$work/compose.env HTTP_PORT=$port
 
-of_service() { # service: its containers' names
-  podman ps -a --filter "label=io.podman.compose.project=$project" \
-    --filter "label=com.docker.compose.service=$1" --format '{{.Names}}'
-}
-gate() { # service healthy|completed|started: wait until each of its containers is so
-  local svc=$1 want=$2 c code
-  for c in $(of_service "$svc"); do
-    case $want in
-      completed)
-        code=$(podman wait "$c")
-        [[ $code == 0 ]] || {
-          say "$svc ($c) exited with status $code"
-          return 1
-        }
-        ;;
-      healthy)
-        until podman healthcheck run "$c" >/dev/null 2>&1; do
-          if [[ $(podman inspect "$c" --format '{{.State.Status}}') == exited ]] ||
-            (($(podman inspect "$c" --format '{{.RestartCount}}') >= 2)); then
-            say "$svc ($c) exited (restarted $(podman inspect "$c" --format '{{.RestartCount}}') times)"
-            return 1
-          fi
-          if ((SECONDS - started > UP_SECONDS)); then
-            say "$svc ($c) not healthy after ${UP_SECONDS}s"
-            return 1
-          fi
-          sleep 1
-        done
-        ;;
-    esac
-  done
-  echo "  $svc: $want"
-}
-
 say "up: project $project on $base, in compose.yaml's order, each gate checked"
 started=$SECONDS
-order=$("$PY" .ci/compose_order.py compose.yaml)
-for lvl in $(cut -d' ' -f1 <<<"$order" | sort -un); do
-  mapfile -t this < <(awk -v l="$lvl" '$1 == l { print $2 " " $3 }' <<<"$order")
-  names=()
-  for entry in "${this[@]}"; do names+=("${entry%% *}"); done
-  compose up -d --no-build --no-deps "${names[@]}" >>"$work/up.log" 2>&1 || {
-    cat "$work/up.log" >&2
-    exit 1
-  }
-  for entry in "${this[@]}"; do gate ${entry% *} ${entry#* }; done
-done
+PODMAN_COMPOSE=$PODMAN_COMPOSE PY=$PY UP_SECONDS=$UP_SECONDS \
+  deploy/containers/compose-up.sh -p "$project" -- --no-build
 
 say "waiting for $base/readyz through the proxy"
 until [[ $(curl -s -o /dev/null -w '%{http_code}' "$base/readyz") == 200 ]]; do

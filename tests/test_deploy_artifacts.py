@@ -1,5 +1,5 @@
 """The deployment's own checkers can fail: .ci/k8s_rules.py finds each broken rule in
-manifests rendered from deploy/k8s, and .ci/compose_order.py starts compose.yaml's
+manifests rendered from deploy/k8s, and deploy/containers/compose_order.py starts compose.yaml's
 services after what they depend on. (`make k8s-check` and `make compose-test` run the
 artifacts themselves, in .ci/run.)"""
 
@@ -16,8 +16,8 @@ import yaml
 from tests.realparts import ROOT
 
 
-def ci_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / ".ci" / f"{name}.py")
+def ci_module(name: str, folder: str = ".ci"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -70,7 +70,7 @@ def test_each_broken_rule_is_found(rendered):
 
 
 def test_compose_services_start_after_what_they_depend_on():
-    order = ci_module("compose_order").order(
+    order = ci_module("compose_order", "deploy/containers").order(
         yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
     )
     level = {name: lvl for lvl, name, _ in order}
@@ -89,4 +89,4 @@ def test_a_dependency_cycle_is_refused():
         "b": {"depends_on": {"a": {"condition": "service_healthy"}}},
     }
     with pytest.raises(SystemExit, match="cycle"):
-        ci_module("compose_order").order(cyclic)
+        ci_module("compose_order", "deploy/containers").order(cyclic)

@@ -49,6 +49,7 @@ SKIPPED = {
     "cp deploy/compose.env.example": "deployment: the compose stack (make compose-test)",
     "bash .ci/containers.sh services": "deployment: podman images (make compose-test)",
     "podman-compose ": "deployment: the compose stack (make compose-test runs it)",
+    "deploy/containers/compose-up.sh": "deployment: the compose stack (make compose-test runs it)",
     "kubectl ": "deployment: a Kubernetes cluster (make k8s-check renders and validates)",
     ".venv/bin/python manage.py replay --trace data/traces/azure-llm-2023-code.csv": (
         "the README's replay table, ~15 minutes; tests/routing/replay run the command"

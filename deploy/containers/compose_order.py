@@ -1,13 +1,14 @@
-"""compose.yaml's start order, for .ci/compose-test.sh: one line per service, in levels
-(a service after everything it depends on), with the gate its dependents wait for:
+"""compose.yaml's start order, for deploy/containers/compose-up.sh: one line per
+service, in levels (a service after everything it depends on), with the gate its
+dependents wait for:
 
     LEVEL SERVICE GATE     GATE: healthy | completed | started
 
-The test starts each level with `podman-compose up --no-deps` and waits for each gate
-itself: podman-compose honours `condition: service_healthy` only with podman >= 4.6
+compose-up.sh starts each level with `podman-compose up --no-deps` and waits for each
+gate itself: podman-compose honours `condition: service_healthy` only with podman >= 4.6
 (Debian bookworm has 4.3, which also cannot start a container whose dependency has
 dependencies of its own through --requires). So the file's depends_on is what orders
-the start here, checked by the test rather than trusted. Usage: compose_order.py FILE"""
+the start there, each gate checked rather than trusted. Usage: compose_order.py FILE"""
 
 from __future__ import annotations
 
