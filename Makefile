@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay clean
+.PHONY: install install-ops image compose-test k8s-check run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Deployment checks' tools (podman-compose, kubernetes-validate): the `ops` extra.
+OPS_STAMP := $(VENV)/.installed-ops
+$(OPS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[dev,ops]"
+	touch $(OPS_STAMP)
+
+install-ops: $(OPS_STAMP)
 
 ## make run: web + Celery worker + beat on SQLite and a filesystem broker (or whatever
 ## DATABASE_URL / CELERY_BROKER_URL say), with the catalog loaded and a demo admin.
@@ -55,6 +63,23 @@ fuzz: install
 deploy-check: install
 	DEBUG=0 SECRET_KEY=$$($(PY) -c 'import secrets;print(secrets.token_urlsafe(50))') \
 	ALLOWED_HOSTS=lifecycle.example.com $(PY) manage.py check --deploy --fail-level WARNING
+
+## make image: the service's image with podman (Containerfile; IMAGE, BASE_IMAGE: README
+## "Deploying"). On a machine without podman or a base image, .ci/containers.sh makes both.
+IMAGE ?= localhost/lifecycle:latest
+image: install
+	IMAGE=$(IMAGE) PY=$(PY) bash .ci/containers.sh image
+
+## make compose-test: compose.yaml up (podman-compose), the README walk and the OpenAI SDK
+## against it, then down (always)
+compose-test: image install-ops
+	PY=$(PY) bash .ci/containers.sh services
+	LIFECYCLE_IMAGE=$(IMAGE) PY=$(PY) PODMAN_COMPOSE=$(VENV)/bin/podman-compose bash .ci/compose-test.sh
+
+## make k8s-check: deploy/k8s rendered (kubectl kustomize) and validated offline against
+## the Kubernetes schemas (kubernetes-validate)
+k8s-check: install-ops
+	PY=$(PY) bash .ci/k8s-check.sh
 
 bench: install
 	$(PY) bench/bench_simengine.py

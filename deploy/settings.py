@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # x-request-id and openai-processing-ms on every response; the id in every log line.
     "httpedge.requestid.request_id",
+    # /livez and /readyz (orchestrators' probes): before the host check and the HTTPS redirect.
+    "httpedge.health.probes",
     "django.middleware.security.SecurityMiddleware",
     # With DEBUG on, Django's debug pages only for loopback / INTERNAL_IPS clients.
     "httpedge.debugpage.debug_page_local_only",

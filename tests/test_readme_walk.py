@@ -43,6 +43,14 @@ SKIPPED = {
     "celery -A deploy worker -Q": "the production split: long-running workers per queue",
     "celery -A deploy beat": "production: a long-running beat (make run starts one)",
     'curl -s -H "Authorization: Bearer $METRICS_TOKEN" https://host/': "production host",
+    "make image": "deployment: podman; .ci/run runs it",
+    "make compose-test": "deployment: podman; .ci/run runs it (the stack, this walk's curls, the SDK)",
+    "make k8s-check": "deployment: .ci/run runs it",
+    "cp deploy/compose.env.example": "deployment: the compose stack (make compose-test)",
+    "bash .ci/containers.sh services": "deployment: podman images (make compose-test)",
+    "podman-compose ": "deployment: the compose stack (make compose-test runs it)",
+    "deploy/containers/compose-up.sh": "deployment: the compose stack (make compose-test runs it)",
+    "kubectl ": "deployment: a Kubernetes cluster (make k8s-check renders and validates)",
     ".venv/bin/python manage.py replay --trace data/traces/azure-llm-2023-code.csv": (
         "the README's replay table, ~15 minutes; tests/routing/replay run the command"
     ),

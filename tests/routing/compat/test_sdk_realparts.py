@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from tests.sdk import batch_until_ended
 from tests.stack import Stack
 
 pytestmark = pytest.mark.realparts
@@ -55,11 +55,7 @@ def test_a_thousand_line_chat_batch_runs_to_completion_through_the_sdk(stack):
         b = client.batches.create(
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
-        deadline = time.monotonic() + 180
-        while b.status not in ("completed", "failed", "expired", "cancelled"):
-            assert time.monotonic() < deadline, f"{b}\n{stack.logs()}"
-            time.sleep(0.5)
-            b = client.batches.retrieve(b.id)
+        b = batch_until_ended(client, b, 180, stack.logs)
         assert b.status == "completed", b
         assert (b.request_counts.total, b.request_counts.completed) == (1000, 1000)
         assert b.in_progress_at <= b.completed_at <= b.expires_at
