@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('catalog', '0003_in_flight_policy'),
-        ('routing', '0016_key_scopes'),
+        ('routing', '0017_job_account_usage'),
     ]
 
     operations = [
