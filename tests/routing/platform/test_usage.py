@@ -348,3 +348,13 @@ def test_the_csv_is_for_staff_only(client, account, django_user_model):
     user = django_user_model.objects.create_user("visitor", password="pw-visitor-1")
     client.force_login(user)
     assert client.get(url).status_code == 302  # not staff: the login again
+
+
+def test_usage_takes_a_few_grouped_queries_whatever_the_work(
+    api, work, django_assert_max_num_queries
+):
+    # Auth (key, account) + one grouped query per source (jobs, batch lines) + the names
+    # of models, tiers, keys and packages: the same with 5 or 5 million rows.
+    with django_assert_max_num_queries(9):
+        r = api.get("/api/v1/usage?group_by=key,model,tier,package,user")
+    assert r.status_code == 200 and r.json()["totals"]["requests"] == 5
