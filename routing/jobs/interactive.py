@@ -194,6 +194,7 @@ def _start_one(
             job_id=job_id,
             route_model=model,
             api_key=key,
+            lock_pool=True,  # the claim below books its slot: the pool before the insert
         )
         if sub.created and answer is not None:
             Job.objects.filter(pk=sub.job.pk).update(answer=answer)

@@ -21,6 +21,7 @@ from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
 from routing.models import Account, ApiKey, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
+from routing.router import occupancy
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
 from routing.router.route import RouteRequest
@@ -49,6 +50,7 @@ def job_submit(
     job_id: uuid.UUID | None = None,
     route_model: str | None = None,
     api_key: ApiKey | None = None,
+    lock_pool: bool = False,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
@@ -58,7 +60,9 @@ def job_submit(
     `route_model`: the model to quote and run (default `payload["model"]`; a fallback
     tried in place of the model the payload names, which stays the fingerprint's).
     `api_key`: the key that sent it (its scopes checked: routing.accounts.scopes); the payload's `user` and `metadata` (bounded by
-    the caller's validation) are recorded on the job too."""
+    the caller's validation) are recorded on the job too. `lock_pool`: lock the chosen
+    pool's row first (routing.router.occupancy.pool_lock), for a caller that books the
+    job's slot in the same transaction."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
@@ -77,6 +81,8 @@ def job_submit(
     taken = None
     try:
         with transaction.atomic():
+            if lock_pool and chosen.pool_id is not None:
+                occupancy.pool_lock(chosen.pool_id)
             if idempotency_key:
                 _lock_idempotency_key(account, idempotency_key)
             # The quote read a cached catalog: re-check the lifecycle on the row itself

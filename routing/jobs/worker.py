@@ -124,9 +124,7 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         job_failed_emit(job)
         return job
     # One slot booking at a time per pool: lock the pool row (PostgreSQL).
-    if connection.features.has_select_for_update:
-        with connection.cursor() as cur:
-            cur.execute(_POOL_LOCK_SQL, [job.pool_id])
+    occupancy.pool_lock(job.pool_id)
     start = slot_start(job.pool_id, job.slot_share, at)
     # This job's draw of wait (outside load) + run, fixed by its id.
     outside_wait, run = timing.job_draw(pred, job.turns, job.pk)
@@ -189,7 +187,6 @@ def _claim_sql(lock_of: bool) -> str:
 
 
 _CLAIM_SQL: dict[bool, str] = {}
-_POOL_LOCK_SQL = f"SELECT 1 FROM {HardwarePool._meta.db_table} WHERE id = %s FOR NO KEY UPDATE"
 
 
 def _claim_read(job_id) -> Job | None:

@@ -12,6 +12,7 @@ import logging
 from django.db import connection, transaction
 from django.db.models import Count, Sum
 
+from catalog.models import HardwarePool
 from routing.models import Job, PoolOccupancy
 from routing.models.occupancy import COUNT_COLUMNS, FILL, SHARE_COLUMNS, totals_by_status
 from routing.router.timing import OwnSlots
@@ -20,6 +21,20 @@ logger = logging.getLogger(__name__)
 
 # Float totals drift by rounding (~1e-16 per change): equal within this.
 TOLERANCE = 1e-6
+
+_POOL_LOCK_SQL = f"SELECT 1 FROM {HardwarePool._meta.db_table} WHERE id = %s FOR NO KEY UPDATE"
+
+
+def pool_lock(pool_id: int) -> None:
+    """Lock the pool's row until the transaction ends (PostgreSQL; SQLite has one
+    writer at a time): one slot booking at a time per pool. The lock order is the pool
+    row, then the occupancy rows its jobs' triggers write: a transaction that writes a
+    job of the pool and then books its slot (a chat completion: insert, then claim)
+    takes it before the insert, so it never holds an occupancy row while it waits for
+    the pool (the deadlock a claim holding the pool and wanting that row made)."""
+    if connection.features.has_select_for_update:
+        with connection.cursor() as cur:
+            cur.execute(_POOL_LOCK_SQL, [pool_id])
 
 
 def pool_totals(pool_id: int | None = None) -> dict[int, dict]:
