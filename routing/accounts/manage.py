@@ -34,6 +34,7 @@ SCOPE_FIELDS = (
     "tokens_per_minute",
     "spend_limit",
     "spend_period",
+    "fallbacks",
 )
 
 

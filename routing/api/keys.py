@@ -18,7 +18,7 @@ from routing.accounts.manage import (
     key_revoke,
     key_rotate,
 )
-from routing.accounts.scopes import check_manage_keys
+from routing.accounts.scopes import MAX_FALLBACKS, check_manage_keys, fallbacks_problem
 from routing.api.base import ClientAPIView, NewestFirstPagination
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
@@ -55,6 +55,21 @@ class KeyCreateSerializer(serializers.Serializer):
     )
     spend_limit = CreditsField(required=False, allow_null=True)
     spend_period = serializers.ChoiceField(choices=ApiKey.Period.values, default="month")
+    fallbacks = serializers.ListField(
+        child=StrictCharField(max_length=80, trim_whitespace=False),
+        max_length=MAX_FALLBACKS,
+        required=False,
+        default=list,
+        help_text="Models tried in order after the requested one when a request names no "
+        "`models` list (retired, out of quota, rate-limited, no tier meets the deadline); "
+        "each one the key may use (`models`) and the catalog knows.",
+    )
+
+    def validate(self, attrs):
+        why = fallbacks_problem(attrs.get("models", []), attrs.get("fallbacks", []))
+        if why:
+            raise serializers.ValidationError({"fallbacks": [why]})
+        return attrs
 
 
 class KeyRotateSerializer(serializers.Serializer):
@@ -84,6 +99,7 @@ class KeySerializer(serializers.Serializer):
     spend_limit = serializers.CharField(allow_null=True)
     spend_period = serializers.CharField()
     rotated_to = serializers.IntegerField(allow_null=True)
+    fallbacks = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField(required=False, help_text="The secret, shown once.")
 
 
@@ -107,6 +123,7 @@ def key_json(k: ApiKey, raw: str | None = None) -> dict:
         "spend_limit": money(k.spend_limit),
         "spend_period": k.spend_period,
         "rotated_to": k.rotated_to_id,
+        "fallbacks": list(k.fallbacks or []),
     }
     if raw is not None:
         body["key"] = raw
@@ -162,6 +179,7 @@ class KeyListView(KeyAdminView, generics.GenericAPIView):
             tokens_per_minute=d.get("tpm"),
             spend_limit=d.get("spend_limit"),
             spend_period=d["spend_period"],
+            fallbacks=d["fallbacks"],
         )
         return Response(key_json(key, raw), status=status.HTTP_201_CREATED)
 
