@@ -1,16 +1,16 @@
-"""Quote and job-accept latency, before and after: the same requests against two trees of
+"""Quote and job-accept latency, before and after: the same requests against trees of
 this repository (e.g. the commit before issue 27's keys and the current one), rounds
 interleaved in one session on one machine, each tree on its own PostgreSQL database.
 
-Usage: .venv/bin/python bench/bench_accept.py [--baseline 8745d81] [--after HEAD]
+Usage: .venv/bin/python bench/bench_accept.py [--baseline 8745d81 [main ...]] [--after HEAD]
        [--rounds 5] [--n 200] [--http-n 200]
        [--database-url postgres://postgres@127.0.0.1:5432/postgres]
 
---baseline and --after are git revisions, each checked out in a temporary worktree
+--baseline (one or more) and --after are git revisions, each checked out in a temporary worktree
 (removed at the end; without --after: this working tree, which must not change while
-the bench runs); without --baseline only one tree is measured. Both trees run on this
-checkout's virtualenv.
-Each round, for each tree (the order alternates), one child process:
+the bench runs); without --baseline only one tree is measured. Each round visits the
+trees in turn, in reverse order every other round. Every tree runs on this checkout's
+virtualenv. Each round, for each tree, one child process:
 - in process (Django's test client, the whole middleware stack, as profile_quote.py):
   `POST /api/v1/quotes` (the GDP-Val-shaped flagship quote of the README) and
   `POST /api/v1/jobs` (tests.stack.SMALL, Standard), --n of each after a warm-up;
@@ -245,7 +245,12 @@ def spread(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", help="git revision to compare with (temporary worktree)")
+    ap.add_argument(
+        "--baseline",
+        nargs="*",
+        default=[],
+        help="git revisions to compare with (temporary worktrees), oldest first",
+    )
     ap.add_argument("--after", help="git revision measured as 'after' (default: this tree)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=200, help="requests of each kind in process")
@@ -281,8 +286,8 @@ def main() -> None:
             ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
 
-    if args.baseline:
-        trees[f"before ({short(args.baseline)})"] = checkout(args.baseline, "before")
+    for i, rev in enumerate(args.baseline):
+        trees[f"before ({short(rev)})"] = checkout(rev, f"before{i}")
     if args.after:
         trees[f"after ({short(args.after)})"] = checkout(args.after, "after")
     else:
