@@ -38,24 +38,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
-QUOTE = {
-    "model": "sol",
-    "input_tokens": 8000,
-    "output_tokens": 22000,
-    "turns": 30,
-    "tool_seconds": 15,
-    "deadline_seconds": 400,
-}
-JOB = {  # tests.stack.SMALL
-    "model": "sol",
-    "input_tokens": 2000,
-    "output_tokens": 1000,
-    "turns": 1,
-    "tool_seconds": 0,
-    "deadline_seconds": 3600,
-    "tier": "standard",
-}
+from bench_quotes_http import QUOTE_BODY as QUOTE  # noqa: E402
+
+from tests.stack import SMALL as JOB  # noqa: E402  (the tests' short flagship job)
+
 MEASURES = ("quote in process", "job accept in process", "quote HTTP", "job accept HTTP")
 
 

@@ -23,19 +23,6 @@ def fast_time(settings):
     settings.SIM_TIME_SCALE = 1e6
 
 
-@pytest.fixture
-def sdk(live_server):
-    made = []
-
-    def make(api_key: str) -> openai.OpenAI:
-        made.append(openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=api_key, max_retries=0))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
-
-
 def make_key(api, **body) -> dict:
     r = api.post_json("/api/v1/keys", body)
     assert r.status_code == 201, r.content

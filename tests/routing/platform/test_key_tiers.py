@@ -85,19 +85,6 @@ def test_the_default_tier_within_the_keys_tiers(sent, tier, deadline, account, a
     assert (c.tier, c.deadline_seconds, c.rule) == expected
 
 
-@pytest.fixture
-def sdk(live_server):
-    made = []
-
-    def make(api_key: str) -> openai.OpenAI:
-        made.append(openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=api_key, max_retries=0))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
-
-
 @pytest.mark.django_db(transaction=True)
 def test_an_sdk_call_without_service_tier_runs_on_a_tier_the_key_allows(api, sdk):
     client = sdk(key_with(api, "flex")[2])
