@@ -42,6 +42,17 @@ DEFAULT_DATABASE_URL = os.environ.get(
 )
 
 
+# The README's flagship quote (GDP-Val-shaped, 400 s: Priority), for every quote bench.
+QUOTE_BODY = {
+    "model": "sol",
+    "input_tokens": 8000,
+    "output_tokens": 22000,
+    "turns": 30,
+    "tool_seconds": 15,
+    "deadline_seconds": 400,
+}
+
+
 def bench_settings(database_url: str, allowed_hosts: str) -> dict[str, str]:
     """The environment both quote benches run the service with (profile_quote.py too)."""
     return {
@@ -176,16 +187,7 @@ def main() -> None:
             except OSError:
                 pass
             time.sleep(0.1)
-        quote = json.dumps(
-            {
-                "model": "sol",
-                "input_tokens": 8000,
-                "output_tokens": 22000,
-                "turns": 30,
-                "tool_seconds": 15,
-                "deadline_seconds": 400,
-            }
-        ).encode()
+        quote = json.dumps(QUOTE_BODY).encode()
         hdr = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         ping = ("GET", "/api/v1/ping", None, {})
         quotes = ("POST", "/api/v1/quotes", quote, hdr)

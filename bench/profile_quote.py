@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_quotes_http import DEFAULT_DATABASE_URL, bench_settings  # noqa: E402
+from bench_quotes_http import DEFAULT_DATABASE_URL, QUOTE_BODY, bench_settings  # noqa: E402
 
 
 def main() -> None:
@@ -52,16 +52,7 @@ def main() -> None:
     out = io.StringIO()
     call_command("create_account", f"profile-{int(time.time())}", "--json", stdout=out)
     key = json.loads(out.getvalue())["api_key"]
-    body = json.dumps(
-        {
-            "model": "sol",
-            "input_tokens": 8000,
-            "output_tokens": 22000,
-            "turns": 30,
-            "tool_seconds": 15,
-            "deadline_seconds": 400,
-        }
-    )
+    body = json.dumps(QUOTE_BODY)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
     anon = Client()
 

@@ -37,6 +37,7 @@ SKIPPED = {
     "make lint": "development, run by .ci/run",
     "make check-migrations schema": "development, run by .ci/run",
     "make bench": "benchmarks, minutes long",
+    ".venv/bin/python bench/bench_accept.py": "a benchmark (git worktrees, minutes long)",
     "bash .ci/run": "CI itself",
     "export DATABASE_URL=": "production shape: PostgreSQL",
     "export CELERY_BROKER_URL=": "production shape: Redis",

@@ -133,7 +133,7 @@ _AUTH_SQL = (
     "a.id, a.name, a.auto_migrate, a.created_at, a.requests_per_minute, a.tokens_per_minute, "
     "a.default_tier, a.default_deadline_seconds, "
     "k.role, k.expires_at, k.allowed_models, k.allowed_tiers, k.read_only, k.allow_batches, "
-    "k.requests_per_minute, k.tokens_per_minute, k.spend_limit, k.spend_period "
+    "k.requests_per_minute, k.tokens_per_minute, k.spend_limit, k.spend_period, k.fallbacks "
     f"FROM {ApiKey._meta.db_table} k JOIN {Account._meta.db_table} a ON a.id = k.account_id "
     "WHERE k.key_hash = %s"
 )
@@ -185,6 +185,7 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         key_tpm,
         spend_limit,
         spend_period,
+        fallbacks,
     ) = row
     created, last_used, revoked, acreated, expires = map(
         as_utc, (created, last_used, revoked, acreated, expires)
@@ -223,6 +224,7 @@ def api_key_authenticate(raw: str, *, at: dt.datetime | None = None) -> ApiKey:
         tokens_per_minute=key_tpm,
         spend_limit=None if spend_limit is None else Decimal(str(spend_limit)),
         spend_period=spend_period,
+        fallbacks=_json_list(fallbacks),
     )
     if key.last_used_at is None or at - key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=at)

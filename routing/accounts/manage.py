@@ -35,6 +35,7 @@ SCOPE_FIELDS = (
     "spend_limit",
     "spend_period",
     "alert_thresholds",
+    "fallbacks",
 )
 
 

@@ -3,8 +3,11 @@
 - `read_only`: only GET, HEAD and OPTIONS;
 - `allow_batches`: may create batches;
 - `allowed_models`: the model names (ids or aliases, as sent) it may ask for; empty: all;
-- `allowed_tiers`: the tiers it may name; empty: all (a request that lets the router
-  choose is not restricted);
+- `allowed_tiers`: the tiers it may name, and the only ones the router may choose among
+  when a request lets it choose (routing.router.quotes.quote_build); empty: all;
+- `fallbacks`: models tried in order after the requested one when a request names no
+  `models` list of its own (routing.jobs.interactive); at most MAX_FALLBACKS, each one
+  the key may use and the catalog knows (`fallbacks_problem`, checked at save);
 - `role`: an admin key may manage the account's keys (routing.api.keys) and sees the
   whole account's usage (any key's); a member key sees its own usage only
   (`usage_keys`);
@@ -25,6 +28,7 @@ from decimal import Decimal
 
 from django.db.models import Case, DecimalField, F, Sum, Value, When
 
+from catalog.lifecycle import resolve_model_reference
 from routing.models import ApiKey, Job
 from routing.quota.alerts import key_alerts_record
 from routing.quota.periods import next_period_start, period_start_for
@@ -46,9 +50,34 @@ def check_method(key: ApiKey, method: str) -> None:
         )
 
 
+MAX_FALLBACKS = 5
+
+
 def model_allowed(key: ApiKey, model: str) -> bool:
-    allowed = key.allowed_models or []
-    return not allowed or model.strip().lower() in {m.lower() for m in allowed}
+    return name_allowed(key.allowed_models, model)
+
+
+def name_allowed(allowed_models, model: str) -> bool:
+    """Whether an allow-list of model names (empty: all) lets `model` be asked for."""
+    return not allowed_models or model.strip().lower() in {m.lower() for m in allowed_models}
+
+
+def fallbacks_problem(allowed_models, fallbacks) -> str | None:
+    """Why a key may not carry these fallbacks (None: it may): at most MAX_FALLBACKS,
+    no repeats, each one its own `allowed_models` lets it use and the catalog knows
+    (a slug or a family alias)."""
+    if len(fallbacks) > MAX_FALLBACKS:
+        return f"At most {MAX_FALLBACKS} fallbacks."
+    seen = set()
+    for name in fallbacks:
+        if name.lower() in seen:
+            return f"{name[:80]!r} is listed twice."
+        seen.add(name.lower())
+        if not name_allowed(allowed_models, name):
+            return f"{name[:80]!r} is not among the key's models ({', '.join(allowed_models)})."
+        if resolve_model_reference(name) is None:
+            return f"{name[:80]!r} is not a model of the catalog."
+    return None
 
 
 def check_model(key: ApiKey, model: str) -> None:

@@ -19,6 +19,7 @@ from django.utils.html import format_html
 
 import simengine
 from routing.accounts.keys import api_key_create, api_key_revoke
+from routing.accounts.scopes import fallbacks_problem
 from routing.models import Account, ApiKey, QuotaPackage
 from routing.quota.usage import (
     GROUPS,
@@ -242,8 +243,28 @@ class AccountAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/routing/router_try.html", context)
 
 
+class ApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = "__all__"  # noqa: DJ007 (the admin's readonly_fields say what is edited)
+
+    def clean(self):
+        data = super().clean()
+        fallbacks, models = data.get("fallbacks"), data.get("allowed_models") or []
+        if fallbacks is None or "fallbacks" in self.errors:
+            return data
+        if not isinstance(fallbacks, list) or not all(isinstance(m, str) for m in fallbacks):
+            self.add_error("fallbacks", 'A list of model names, e.g. ["sol", "terra"].')
+        elif isinstance(models, list) and all(isinstance(m, str) for m in models):
+            why = fallbacks_problem(models, fallbacks)
+            if why:
+                self.add_error("fallbacks", why)
+        return data
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
     list_display = ["prefix", "account", "name", "role", "last_used_at", "revoked_at"]
     list_filter = ["role", "read_only", "revoked_at"]
     search_fields = ["prefix", "account__name", "name"]

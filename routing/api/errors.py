@@ -161,6 +161,8 @@ def quote_refused(quote: Quote) -> Problem:
             if f
             else "No tier can run this task now."
         )
+        if req.tiers and not req.tier:
+            detail += f" This API key restricts the tiers to {', '.join(req.tiers)}."
         return Problem(
             status_code=422,
             slug="deadline-infeasible",

@@ -18,7 +18,7 @@ from routing.accounts.manage import (
     key_revoke,
     key_rotate,
 )
-from routing.accounts.scopes import check_manage_keys
+from routing.accounts.scopes import MAX_FALLBACKS, check_manage_keys, fallbacks_problem
 from routing.api.base import ClientAPIView, NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
@@ -64,6 +64,21 @@ class KeyCreateSerializer(serializers.Serializer):
         help_text="Budget alerts: percents of spend_limit told once per spend_period "
         "(a notice and a quota.threshold webhook); default 50, 80, 100; empty: none.",
     )
+    fallbacks = serializers.ListField(
+        child=StrictCharField(max_length=80, trim_whitespace=False),
+        max_length=MAX_FALLBACKS,
+        required=False,
+        default=list,
+        help_text="Models tried in order after the requested one when a request names no "
+        "`models` list (retired, out of quota, rate-limited, no tier meets the deadline); "
+        "each one the key may use (`models`) and the catalog knows.",
+    )
+
+    def validate(self, attrs):
+        why = fallbacks_problem(attrs.get("models", []), attrs.get("fallbacks", []))
+        if why:
+            raise serializers.ValidationError({"fallbacks": [why]})
+        return attrs
 
 
 class KeyRotateSerializer(serializers.Serializer):
@@ -94,6 +109,7 @@ class KeySerializer(serializers.Serializer):
     spend_period = serializers.CharField()
     alert_thresholds = serializers.ListField(child=serializers.IntegerField())
     rotated_to = serializers.IntegerField(allow_null=True)
+    fallbacks = serializers.ListField(child=serializers.CharField())
     key = serializers.CharField(required=False, help_text="The secret, shown once.")
 
 
@@ -118,6 +134,7 @@ def key_json(k: ApiKey, raw: str | None = None) -> dict:
         "spend_period": k.spend_period,
         "alert_thresholds": list(k.alert_thresholds or []),
         "rotated_to": k.rotated_to_id,
+        "fallbacks": list(k.fallbacks or []),
     }
     if raw is not None:
         body["key"] = raw
@@ -175,6 +192,7 @@ class KeyListView(KeyAdminView, generics.GenericAPIView):
             spend_limit=d.get("spend_limit"),
             spend_period=d["spend_period"],
             alert_thresholds=sorted(set(d.get("alert_thresholds", default_alert_thresholds()))),
+            fallbacks=d["fallbacks"],
         )
         return Response(key_json(key, raw), status=status.HTTP_201_CREATED)
 

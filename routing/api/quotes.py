@@ -36,6 +36,7 @@ class QuoteView(ClientAPIView):
                 model=data["model"],
                 request=route_request_from(data),
                 at=timezone.now(),
+                api_key=request.user.key,
             )
         if quote.decision.chosen is None:
             raise quote_refused(quote)

@@ -124,7 +124,7 @@ def _begin(request, endpoint: str):
             started = interactive_start(
                 account=account,
                 model=req.model,
-                request=with_defaults(req, account),
+                request=with_defaults(req, account, principal.key),
                 prompt=req.prompt,
                 payload=req.payload(endpoint),
                 stream=req.stream,
@@ -148,11 +148,15 @@ def _begin(request, endpoint: str):
         return response
 
 
-def with_defaults(req: params.Interactive, account) -> RouteRequest:
+def with_defaults(req: params.Interactive, account, key=None) -> RouteRequest:
     """The request's route, with the account's defaults where it named no tier or
-    deadline (routing.accounts.defaults)."""
+    deadline, within the key's tiers (routing.accounts.defaults)."""
     choice = tier_choice(
-        sent=req.service_tier, tier=req.tier, deadline_seconds=req.deadline_seconds, account=account
+        sent=req.service_tier,
+        tier=req.tier,
+        deadline_seconds=req.deadline_seconds,
+        account=account,
+        allowed_tiers=key.allowed_tiers if key is not None else (),
     )
     return replace(
         req.route_request(),

@@ -138,9 +138,12 @@ def interactive_start(
     transaction of its own, when the one before is refused for a reason another model
     may not share (`may_fall_back`: retired, no quota, rate-limited, no tier meets the
     deadline); the job names the model that served. All refused: the first model's
-    refusal (a fallback that is unknown or refused otherwise is passed over)."""
+    refusal (a fallback that is unknown or refused otherwise is passed over). A request
+    that names no fallbacks gets its key's (`ApiKey.fallbacks`), by the same rule."""
     at = at or timezone.now()
     payload = {"model": model, **(payload or {})}
+    if not fallbacks and api_key is not None:
+        fallbacks = api_key.fallbacks or ()
     tried = [model, *(m for m in fallbacks if m != model)]
     first_refusal = None
     for candidate in tried:

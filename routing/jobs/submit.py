@@ -70,10 +70,7 @@ def job_submit(
         if replay is not None:
             return Submission(replay, False, None)
     route_model = route_model or payload["model"]
-    if api_key is not None:
-        scopes.check_model(api_key, route_model)
-        scopes.check_tier(api_key, request.tier)
-    q = quote_build(account=account, model=route_model, request=request, at=at)
+    q = quote_build(account=account, model=route_model, request=request, at=at, api_key=api_key)
     chosen = q.decision.chosen
     if chosen is None:
         raise NoTierChosen(q)

@@ -125,7 +125,16 @@ class ApiKey(models.Model):
         default=list, blank=True, help_text="Model ids or aliases it may use; empty: all."
     )
     allowed_tiers = models.JSONField(
-        default=list, blank=True, help_text="Tiers it may ask for; empty: all."
+        default=list,
+        blank=True,
+        help_text="Tiers it may ask for, and the router may choose among; empty: all.",
+    )
+    fallbacks = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Models tried in order after the requested one (retired, out of quota, "
+        "rate-limited, no tier meets the deadline) when a request names no `models` list; "
+        "at most 5, each one the key may use.",
     )
     read_only = models.BooleanField(default=False, help_text="GET only: no jobs, files, batches.")
     allow_batches = models.BooleanField(default=True, help_text="May create batches.")

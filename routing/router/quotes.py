@@ -6,10 +6,11 @@ Used by POST /api/v1/quotes and, with a reservation added, by the jobs API.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from catalog import lifecycle
-from routing.models import Account
+from routing.accounts import scopes
+from routing.models import Account, ApiKey
 from routing.quota import account_packages
 from routing.router.resolve import ModelNotServing, Resolved, auto_candidates, resolve_for_routing
 from routing.router.route import RouteDecision, RouteRequest, route
@@ -47,7 +48,20 @@ def route_request_from(data: dict) -> RouteRequest:
     )
 
 
-def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.datetime) -> Quote:
+def quote_build(
+    *,
+    account: Account,
+    model: str,
+    request: RouteRequest,
+    at: dt.datetime,
+    api_key: ApiKey | None = None,
+) -> Quote:
+    """The router's answer for the account. `api_key`: the key asking, whose scopes hold
+    here (routing.accounts.scopes): a model or a tier it names must be allowed
+    (KeyNotAllowed), and when the router chooses the tier it chooses among the key's
+    `allowed_tiers` only."""
+    if api_key is not None:
+        request = key_request(api_key, model, request)
     packages = account_packages(account)
     pools = pool_state(at)
     if model == AUTO:
@@ -72,3 +86,12 @@ def quote_build(*, account: Account, model: str, request: RouteRequest, at: dt.d
         request, models=[option], packages=packages, loads=pools.loads, own=pools.own, now=at
     )
     return Quote(request, model, resolved, decision, at, packages)
+
+
+def key_request(key: ApiKey, model: str, request: RouteRequest) -> RouteRequest:
+    """The request as the key may route it (read from the key in memory: no query)."""
+    scopes.check_model(key, model)
+    scopes.check_tier(key, request.tier)
+    if request.tier is None and key.allowed_tiers:
+        return replace(request, tiers=tuple(key.allowed_tiers))
+    return request

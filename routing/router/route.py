@@ -68,6 +68,9 @@ class RouteRequest:
     max_cost: Decimal | None = None
     tier: str | None = None
     task: str | None = None
+    # When no tier is forced: the tiers the router may choose among (an API key's
+    # `allowed_tiers`, routing.router.quotes); empty: all.
+    tiers: tuple[str, ...] = ()
 
     @property
     def task_profile(self) -> simengine.TaskProfile:
@@ -195,6 +198,7 @@ def route(
     fits_somewhere = False
     # Read once per request, not per tier (the loop below is the router's hot path).
     forced, deadline, max_cost = req.tier, req.deadline_seconds, req.max_cost
+    allowed = None if forced else req.tiers
     n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
     predict, engine_error = simengine.predict, simengine.SimEngineError
     load_of = loads.get
@@ -227,6 +231,9 @@ def route(
             candidates.append(cand)
             if forced and option.tier != forced:
                 cand.reason = f"not requested (tier {forced} was forced)"
+                continue
+            if allowed and option.tier not in allowed:
+                cand.reason = f"not allowed for this API key (it may use {', '.join(allowed)})"
                 continue
             if option.available_from and option.available_from > today:
                 cand.reason = f"not available before {option.available_from}"

@@ -25,21 +25,6 @@ RETIRED = "gpt-5.3-codex-spark"
 
 
 @pytest.fixture
-def sdk(live_server):
-    """OpenAI clients of the live server, closed at the end of the test (a kept-alive
-    connection would otherwise outlive the test database's thread sharing)."""
-    made = []
-
-    def make(api_key: str) -> openai.OpenAI:
-        made.append(openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=api_key, max_retries=0))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
-
-
-@pytest.fixture
 def client(sdk, account_with_key) -> openai.OpenAI:
     return sdk(account_with_key[1])
 
