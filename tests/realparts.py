@@ -45,6 +45,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -1387,3 +1389,19 @@ def real_project(redis_server, postgres_server, tmp_path) -> SimpleNamespace:
 
 def unique_db_name(prefix: str = "t") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def api_call(base: str, key: str, method: str, path: str, body: dict | None = None):
+    """A request to a server of the stack with an API key: (status, headers, JSON body);
+    a new connection each time."""
+    req = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"{}")

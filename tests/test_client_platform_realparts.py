@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from decimal import Decimal
 
 import openai
@@ -33,6 +31,7 @@ from tests.realparts import (
     RedisServer,
     _require_postgres,
     _require_redis,
+    api_call,
     free_port,
     project_env,
     run_manage,
@@ -49,18 +48,9 @@ MESSAGES = [{"role": "user", "content": "Summarise the retry fix in one line."}]
 
 
 def call(base: str, key: str, method: str, path: str, body: dict | None = None):
-    """(status, JSON body); a new connection each time."""
-    req = urllib.request.Request(
-        base + path,
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"{}")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    """(status, JSON body)."""
+    status, _headers, answer = api_call(base, key, method, path, body)
+    return status, answer
 
 
 @pytest.fixture(scope="module")

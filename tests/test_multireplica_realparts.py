@@ -38,26 +38,14 @@ from tests.realparts import (
     start_web,
     start_worker,
 )
+from tests.realparts import (
+    api_call as call,
+)
 from tests.stack import SMALL
 
 pytestmark = pytest.mark.realparts
 
 CACHE_DB = 7  # the shared cache's Redis database (the broker keeps db 0)
-
-
-def call(base: str, key: str, method: str, path: str, body: dict | None = None):
-    """(status, headers, JSON body); a new connection each time."""
-    req = urllib.request.Request(
-        base + path,
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), json.loads(e.read() or b"{}")
 
 
 @pytest.fixture(scope="module")
