@@ -49,7 +49,8 @@ PUBLIC_BASE_URL = os.environ.get(
 ).rstrip("/")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin; admin.site asks staff for a second factor (ADMIN_REQUIRE_2FA below).
+    "deploy.apps.AdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -60,6 +61,9 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "catalog",
     "routing",
 ]
@@ -83,6 +87,8 @@ MIDDLEWARE = [
     # views are csrf_exempt, so on them it only looks.
     "django.middleware.csrf.CsrfViewMiddleware",
     "httpedge.middleware.BrowserAuthenticationMiddleware",
+    # request.user.is_verified(): the session's second factor (django-otp), for the admin.
+    "httpedge.middleware.BrowserOTPMiddleware",
     "httpedge.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Admin login lockout (django-axes): answers the lockout page for a locked login.
@@ -498,6 +504,15 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_CLIENT_IP_CALLABLE = "httpedge.clientip.client_ip"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"  # in routing/templates
 AXES_VERBOSE = False
+
+# --- Staff two-factor (django-otp; routing/staffauth.py, README "Staff two-factor") ------
+# On: the admin's login asks for an authenticator's code (TOTP) or a backup code after the
+# password, and staff without a second factor cannot reach /admin/ (an operator enrols
+# one: `manage.py staff_2fa enrol NAME`). A wrong code counts toward the lockout above.
+# Default: on whenever DEBUG is off; `make run` (DEBUG on) keeps its password-only demo.
+ADMIN_REQUIRE_2FA = env_bool("ADMIN_REQUIRE_2FA", not DEBUG)
+# The name authenticator apps show beside the account.
+OTP_TOTP_ISSUER = os.environ.get("ADMIN_2FA_ISSUER", "Model lifecycle & routing")
 
 LOGGING = {
     "version": 1,

@@ -202,10 +202,12 @@ def _browser_middleware():
     from django.contrib.auth.middleware import AuthenticationMiddleware
     from django.contrib.messages.middleware import MessageMiddleware
     from django.contrib.sessions.middleware import SessionMiddleware
+    from django_otp.middleware import OTPMiddleware
 
     return (
         browser_only(SessionMiddleware),
         browser_only(AuthenticationMiddleware),
+        browser_only(OTPMiddleware),
         browser_only(MessageMiddleware),
     )
 
@@ -213,5 +215,6 @@ def _browser_middleware():
 (
     BrowserSessionMiddleware,
     BrowserAuthenticationMiddleware,
+    BrowserOTPMiddleware,
     BrowserMessageMiddleware,
 ) = _browser_middleware()
