@@ -52,6 +52,13 @@ SKIPPED = {
     "podman-compose ": "deployment: the compose stack (make compose-test runs it)",
     "deploy/containers/compose-up.sh": "deployment: the compose stack (make compose-test runs it)",
     "kubectl ": "deployment: a Kubernetes cluster (make k8s-check renders and validates)",
+    "podman run --rm -v lifecycle_media": "deployment: a backup of the compose stack's volume",
+    "pg_restore ": "deployment: a restore into the production database",
+    "python manage.py createsuperuser": "operators: interactive, in a deployed container",
+    "python manage.py staff_2fa ": (
+        "operators, in a deployed container; tests/routing/admin/test_staff_2fa.py runs them"
+    ),
+    "python manage.py axes_reset_username": "operators; tests/routing/admin run it",
     ".venv/bin/python manage.py replay --trace data/traces/azure-llm-2023-code.csv": (
         "the README's replay table, ~15 minutes; tests/routing/replay run the command"
     ),
