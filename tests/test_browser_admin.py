@@ -111,3 +111,39 @@ def test_schedule_inspect_and_retire_in_the_admin(live_server, django_user_model
     shot(page, "6-retired")
     luna.refresh_from_db()
     assert lifecycle.model_status(luna) == "retired"
+
+
+def test_staff_log_in_with_an_authenticator_code(
+    live_server, django_user_model, browser_page, settings
+):
+    """Production settings (ADMIN_REQUIRE_2FA): the login page asks for the code; the
+    password alone is refused, the code (computed from the device's key, as the app
+    would) lets the user in."""
+    from django_otp.oath import TOTP
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from routing.staffauth import staff_enrol
+
+    settings.ADMIN_REQUIRE_2FA = True
+    django_user_model.objects.create_superuser("ops", "ops@example.com", "a-long-password-1")
+    staff_enrol("ops")
+    device = TOTPDevice.objects.get(user__username="ops")
+    page = browser_page
+
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "a-long-password-1")
+    shot(page, "0-login-2fa")
+    page.click("input[type=submit]")
+    page.wait_for_selector(".errornote")
+    assert "authenticator" in page.inner_text("#content")
+    page.goto(f"{live_server.url}/admin/")
+    assert "/admin/login/" in page.url
+
+    totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "a-long-password-1")
+    page.fill("#id_otp_token", f"{totp.token():0{device.digits}d}")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    assert page.url.rstrip("/").endswith("/admin")

@@ -14,10 +14,11 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from asgiref.sync import async_to_sync
 from axes.models import AccessAttempt
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from django.test import AsyncClient, Client
 from django_otp.oath import TOTP
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
@@ -101,6 +102,21 @@ def test_the_right_code_lets_staff_in_and_the_login_page_asks_for_it(required, o
     device.throttling_failure_count = 0  # django-otp's own delay after a failure
     device.save()
     assert logged_in(login(other, code(device, 1)))
+
+
+def test_under_asgi_as_the_web_server_runs_it(required, ops):
+    """The middleware's async path (gunicorn + uvicorn): the same refusals and the same
+    way in."""
+    device = _enrol()
+    client = AsyncClient(REMOTE_ADDR=HERE)
+    get, post = async_to_sync(client.get), async_to_sync(client.post)
+    form = {"username": "ops", "password": PASSWORD, "next": "/admin/"}
+    assert post(LOGIN, form).status_code == 200  # no code: the form again
+    assert get("/admin/").status_code == 302
+    r = post(LOGIN, {**form, "otp_token": code(device)})
+    assert r.status_code == 302 and r["Location"] == "/admin/"
+    assert get("/admin/").status_code == 200
+    assert get("/api/v1/models").status_code == 200  # the API: no session, no second factor
 
 
 def test_a_wrong_code_fails_and_counts_toward_the_lockout(required, ops):
