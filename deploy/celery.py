@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import setup_logging
 from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
@@ -13,6 +14,14 @@ TRANSPORT_ALIASES["filesystem"] = "deploy.fsbroker:Transport"
 app = Celery("deploy")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def keep_django_logging(**_kwargs) -> None:
+    """Workers and beat log through the project's LOGGING (deploy/settings.py, applied by
+    django.setup()) rather than Celery's own root handler: the same format as the web
+    process, with the request id (and task id and name) on every line. The level is
+    LOG_LEVEL, not `--loglevel`."""
 
 
 @app.task(name="deploy.noop", ignore_result=True)
