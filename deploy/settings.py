@@ -499,17 +499,29 @@ AXES_CLIENT_IP_CALLABLE = "httpedge.clientip.client_ip"
 AXES_LOCKOUT_TEMPLATE = "admin/login_locked.html"  # in routing/templates
 AXES_VERBOSE = False
 
+# Log lines: `console` (readable, `make run`'s default) or `json` (one JSON object per
+# line: timestamp, level, logger, message, request_id, and in a worker task_id and
+# task_name; the default when DEBUG is off). README "Observability".
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if DEBUG else "json").strip().lower()
+if LOG_FORMAT not in {"console", "json"}:
+    raise RuntimeError("LOG_FORMAT must be console or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"}
+        "console": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(levelname)s %(name)s %(request_id)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,  # ISO 8601, UTC, microseconds
+        },
     },
     "filters": {"request_id": {"()": "httpedge.requestid.RequestIdFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
+            "formatter": LOG_FORMAT,
             "filters": ["request_id"],
         }
     },
