@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, worker_process_init
 from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
@@ -27,3 +27,12 @@ def keep_django_logging(**_kwargs) -> None:
 @app.task(name="deploy.noop", ignore_result=True)
 def noop() -> None:
     """Does nothing: the broker's own task throughput, the jobs benchmark's baseline."""
+
+
+@worker_process_init.connect
+def start_tracing(**_kwargs) -> None:
+    """Each worker process (after the fork: the span exporter's thread does not survive
+    one) traces its tasks when OTEL_EXPORTER_OTLP_ENDPOINT is set (deploy/tracing.py)."""
+    from deploy import tracing
+
+    tracing.setup("worker")

@@ -3,6 +3,7 @@ LOG_FORMAT setting, and the request id stamped on published tasks."""
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import logging
@@ -97,8 +98,17 @@ def test_a_task_sent_in_a_request_carries_its_id_and_one_sent_outside_gets_its_o
         requestid.unbind(tokens)
     assert headers["request_id"] == "req_abc"
     outside: dict = {}
-    assert requestid.current() == "-"
-    stamp_request_id(headers=outside)
+    # a fresh context: no request (beat, a management command)
+    assert contextvars.Context().run(requestid.current) == "-"
+    contextvars.Context().run(stamp_request_id, headers=outside)
     assert outside["request_id"].startswith("req_") and outside["request_id"] != "req_abc"
     # "-" (the log lines' "no request") is never carried on
     assert requestid.accepted("-") is None and requestid.accepted("req_abc") == "req_abc"
+
+
+def test_tracing_is_off_without_an_otlp_endpoint(monkeypatch):
+    from deploy import tracing
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert tracing.setup("web") is False
+    assert not any("opentelemetry" in m for m in settings.MIDDLEWARE)
