@@ -89,7 +89,11 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",  # (by name: axes checks it; a look only)
     # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
     "routing.api.throttling.RateLimitHeadersMiddleware",
+    # HTTP metrics per route (django-prometheus): the latency histogram by view and
+    # method and the responses by status, in /metrics beside the domain metrics.
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
+MIDDLEWARE.insert(1, "django_prometheus.middleware.PrometheusBeforeMiddleware")
 
 # The web server serves the admin's static files itself: after `collectstatic` in
 # production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
@@ -431,6 +435,10 @@ BROKER_MAX_COUNTDOWN_SECONDS = float(os.environ.get("BROKER_MAX_COUNTDOWN_SECOND
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Event counters of every process on this machine (prometheus_client multiprocess mode).
 METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
+# Every metric in multiprocess mode (routing.core.metrics; django-prometheus's HTTP
+# metrics, built when the middleware loads): the folder is known before the first one.
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
 
 # --- Simulated time -------------------------------------------------------------------
 # Simulated seconds per wall second: 1 is real time; demos and tests compress it.

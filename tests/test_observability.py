@@ -112,3 +112,27 @@ def test_tracing_is_off_without_an_otlp_endpoint(monkeypatch):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     assert tracing.setup("web") is False
     assert not any("opentelemetry" in m for m in settings.MIDDLEWARE)
+
+
+@pytest.mark.django_db
+def test_metrics_have_the_http_latency_and_status_per_route(client):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = client.get("/api/v1/jobs")  # no key: a 401 from the jobs route
+    assert r.status_code == 401
+    view = r.resolver_match.view_name
+    text = client.get("/metrics").content.decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def value(name: str, **labels) -> float:
+        return sum(
+            s.value
+            for s in samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    latency = "django_http_requests_latency_seconds_by_view_method"
+    assert value(f"{latency}_count", view=view, method="GET") >= 1, text
+    assert value(f"{latency}_bucket", view=view, method="GET", le="+Inf") >= 1
+    responses = "django_http_responses_total_by_status_view_method_total"
+    assert value(responses, view=view, method="GET", status="401") >= 1, text
