@@ -18,16 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from deploy import tracing
 from routing.models import Job
 from tests.helpers import ApiClient
-
-SMALL = {
-    "model": "sol",
-    "input_tokens": 2000,
-    "output_tokens": 1000,
-    "turns": 1,
-    "tool_seconds": 0,
-    "deadline_seconds": 3600,
-    "tier": "standard",
-}
+from tests.stack import SMALL
 
 
 @pytest.fixture
