@@ -19,6 +19,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
 os.environ["DB_CONN_MAX_AGE"] = "0"
 os.environ.setdefault("DB_POOL", "1")
+
+from deploy import tracing  # noqa: E402
+
+tracing.setup("web")  # before the handler loads the middleware; off without OTLP
 django_application = get_asgi_application()
 
 from deploy.asgibody import LimitRequestBody  # noqa: E402 (after Django is set up)

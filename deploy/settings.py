@@ -95,7 +95,11 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",  # (by name: axes checks it; a look only)
     # OpenAI's x-ratelimit-* headers on every /api/v1/ and /v1/ response.
     "routing.api.throttling.RateLimitHeadersMiddleware",
+    # HTTP metrics per route (django-prometheus): the latency histogram by view and
+    # method and the responses by status, in /metrics beside the domain metrics.
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
+MIDDLEWARE.insert(1, "django_prometheus.middleware.PrometheusBeforeMiddleware")
 
 # The web server serves the admin's static files itself: after `collectstatic` in
 # production, straight from the apps' folders with DEBUG on (gunicorn has no runserver
@@ -437,6 +441,10 @@ BROKER_MAX_COUNTDOWN_SECONDS = float(os.environ.get("BROKER_MAX_COUNTDOWN_SECOND
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # Event counters of every process on this machine (prometheus_client multiprocess mode).
 METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
+# Every metric in multiprocess mode (routing.core.metrics; django-prometheus's HTTP
+# metrics, built when the middleware loads): the folder is known before the first one.
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
 
 # --- Simulated time -------------------------------------------------------------------
 # Simulated seconds per wall second: 1 is real time; demos and tests compress it.
@@ -514,17 +522,29 @@ ADMIN_REQUIRE_2FA = env_bool("ADMIN_REQUIRE_2FA", not DEBUG)
 # The name authenticator apps show beside the account.
 OTP_TOTP_ISSUER = os.environ.get("ADMIN_2FA_ISSUER", "Model lifecycle & routing")
 
+# Log lines: `console` (readable, `make run`'s default) or `json` (one JSON object per
+# line: timestamp, level, logger, message, request_id, and in a worker task_id and
+# task_name; the default when DEBUG is off). README "Observability".
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if DEBUG else "json").strip().lower()
+if LOG_FORMAT not in {"console", "json"}:
+    raise RuntimeError("LOG_FORMAT must be console or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"}
+        "console": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(levelname)s %(name)s %(request_id)s %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger"},
+            "timestamp": True,  # ISO 8601, UTC, microseconds
+        },
     },
     "filters": {"request_id": {"()": "httpedge.requestid.RequestIdFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
+            "formatter": LOG_FORMAT,
             "filters": ["request_id"],
         }
     },

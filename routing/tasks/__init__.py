@@ -9,6 +9,7 @@ from routing.tasks.batches import (
     sweep_batches,
     validate_batch,
 )
+from routing.tasks.context import stamp_request_id  # noqa: F401 (connects the signals)
 from routing.tasks.housekeeping import (
     announce_notices,
     apply_retirements,
