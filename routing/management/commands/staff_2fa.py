@@ -19,15 +19,17 @@ class Command(BaseCommand):
             help="A new authenticator (replacing any) and 10 backup codes; prints the "
             "otpauth:// URL and its QR code for the app to scan.",
         )
-        enrol.add_argument("username")
+        enrol.add_argument("username", help="The staff user to enrol.")
         enrol.add_argument("--no-qr", action="store_true", help="Print the URL only.")
         codes = sub.add_parser("backup-codes", help="New single-use backup codes.")
-        codes.add_argument("username")
-        codes.add_argument("--count", type=int, default=10)
+        codes.add_argument("username", help="The staff user to give new backup codes.")
+        codes.add_argument(
+            "--count", type=int, default=10, help="How many codes (default: %(default)s)."
+        )
         reset = sub.add_parser(
             "reset", help="Remove every second factor of a user (enrol them again after)."
         )
-        reset.add_argument("username")
+        reset.add_argument("username", help="The staff user whose devices to remove.")
         sub.add_parser("status", help="Staff users, their authenticator and backup codes left.")
 
     def handle(self, *args, **o):
