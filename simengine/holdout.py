@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -82,14 +83,38 @@ def load_holdout(path: str | Path = HOLDOUT_FILE) -> list[dict[str, Any]]:
     with open(path, "rb") as fh:
         figures = tomllib.load(fh).get("figure", [])
     for f in figures:
-        for key in ("id", "figure", "source", "url", "date", "metric", "published", "spec"):
-            if key not in f:
-                raise SimEngineError(f"hold-out figure {f.get('id', '?')!r} lacks {key!r}")
-        if f["metric"] not in METRICS:
-            raise SimEngineError(f"hold-out figure {f['id']!r}: unknown metric {f['metric']!r}")
-        if not f["published"] > 0:
-            raise SimEngineError(f"hold-out figure {f['id']!r}: published must be > 0")
+        _validate_common(f, "hold-out figure")
     return figures
+
+
+_COMMON_KEYS = ("id", "figure", "source", "url", "date", "metric", "published", "spec")
+
+
+def _validate_common(f: Mapping[str, Any], what: str, extra: Sequence[str] = ()) -> None:
+    for key in (*_COMMON_KEYS, *extra):
+        if key not in f:
+            raise SimEngineError(f"{what} {f.get('id', '?')!r} lacks {key!r}")
+    if f["metric"] not in METRICS:
+        raise SimEngineError(f"{what} {f['id']!r}: unknown metric {f['metric']!r}")
+    if not f["published"] > 0:
+        raise SimEngineError(f"{what} {f['id']!r}: published must be > 0")
+
+
+def _common_fields(f: Mapping[str, Any], predicted: float | None) -> dict[str, Any]:
+    # The columns both hold-out tables share: the figure, its source and the error.
+    published = float(f["published"])
+    return {
+        "id": f["id"],
+        "figure": f["figure"],
+        "source": f["source"],
+        "url": f["url"],
+        "date": str(f["date"]),
+        "model": f["spec"]["model"].get("name", "custom"),
+        "metric": f["metric"],
+        "published": published,
+        "predicted": predicted,
+        "error": None if predicted is None else predicted / published - 1.0,
+    }
 
 
 def evaluate_holdout(
@@ -99,18 +124,248 @@ def evaluate_holdout(
     rows = []
     for f in load_holdout(path):
         predicted = float(predict_spec(f["spec"], params)[f["metric"]])
-        rows.append(
-            HoldoutRow(
-                id=f["id"],
-                figure=f["figure"],
-                source=f["source"],
-                url=f["url"],
-                date=str(f["date"]),
-                model=f["spec"]["model"].get("name", "custom"),
-                metric=f["metric"],
-                published=float(f["published"]),
-                predicted=predicted,
-                error=predicted / float(f["published"]) - 1.0,
-            )
-        )
+        rows.append(HoldoutRow(**_common_fields(f, predicted)))
     return HoldoutResult(tuple(rows))
+
+
+# --------------------------------------------------------------- own hold-out (issue 28)
+#
+# ``data/holdout_own.toml``: dated public figures gathered for issue 28 and frozen before
+# the engine's physics changed. Each figure carries ``kind`` (hardware gpu|wafer, model
+# dense|moe, measure latency|throughput), ``table`` (true when the value was read from a
+# published table) and ``before_error``: the error of the engine as it was BEFORE issue
+# 28, computed on the spec reduced to the old schema by :func:`legacy_spec` (or "n/a: why").
+# The spec itself is in the issue-28 schema and is evaluated as written: rows the engine
+# cannot parse yet are reported as "not expressible yet" with the engine's reason.
+
+OWN_HOLDOUT_FILE = Path(__file__).with_name("data") / "holdout_own.toml"
+KIND_VALUES: dict[str, tuple[str, ...]] = {
+    "hardware": ("gpu", "wafer"),
+    "model": ("dense", "moe"),
+    "measure": ("latency", "throughput"),
+}
+# Issue-28 spec fields that the pre-issue-28 engine does not know (legacy_spec drops them).
+_NEW_MODEL_FIELDS = ("experts", "experts_per_token", "shared_experts", "attention_dtype",
+                     "expert_dtype")  # fmt: skip
+_NEW_TOP_FIELDS = ("expert_parallel", "pipeline_parallel", "max_batch_size", "replicas")
+# dtype names of the new schema that the old one spells differently.
+_LEGACY_DTYPE = {"nvfp4": "fp4"}
+_LEGACY_GPU_NODE = 8  # the old engine's GPUs have one 8-GPU NVLink node (max TP 8)
+
+
+class NotExpressible(SimEngineError):
+    """A figure's workload has no counterpart in the engine's (old) spec schema."""
+
+
+def _is_date(v: Any) -> bool:
+    s = str(v)
+    return len(s) in (7, 10) and s[4] == "-" and s[:4].isdigit() and s[5:7].isdigit()
+
+
+def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """Reduce an issue-28 spec to the pre-issue-28 schema: (old spec, throughput factor).
+
+    The rule is mechanical (the same for every figure, written before any error was seen):
+
+    - model: ``experts``, ``experts_per_token``, ``shared_experts`` dropped (the old engine
+      reads only ``active_params_b``); weights take ``expert_dtype`` when given (experts hold
+      most bytes), else ``dtype``; ``attention_dtype`` dropped; ``nvfp4`` -> ``fp4``.
+    - ``hardware = "gb200-nvl72"`` -> ``b200`` (one 8-GPU node); a tensor-parallel group
+      larger than 8 GPUs cannot be stated: :class:`NotExpressible`. B200 stays the old
+      192 GB profile (180 GB cannot be stated).
+    - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
+      ``max_batch_size`` dropped.
+    - ``replicas``: dropped; the spec describes one replica and the returned factor
+      (= replicas) multiplies ``throughput_tokens_per_second``.
+    - ``rate_per_second`` (open loop): :class:`NotExpressible` (no closed-loop equivalent).
+    - ``speculative``: an object -> ``true``; omitted -> the production default of the new
+      schema made explicit (cs-3: ``true``, GPUs: ``false``).
+    - ``software`` as a date: GPUs -> dropped (the old engine has one GPU era, its current
+      one); cs-3 -> ``"YYYY.MM"`` (the engine uses the latest calibrated era not newer).
+    """
+    old = {k: v for k, v in spec.items() if k not in _NEW_TOP_FIELDS}
+    model = dict(spec["model"])
+    if model.get("expert_dtype"):
+        model["dtype"] = model["expert_dtype"]
+    for key in _NEW_MODEL_FIELDS:
+        model.pop(key, None)
+    for key in ("dtype", "kv_dtype"):
+        if key in model:
+            model[key] = _LEGACY_DTYPE.get(model[key], model[key])
+    old["model"] = model
+    hardware = spec.get("hardware")
+    if hardware == "gb200-nvl72":
+        old["hardware"] = "b200"
+    wafer = old.get("hardware") == "cs-3"
+    tp = spec.get("tensor_parallel") or 1
+    if not wafer and tp > _LEGACY_GPU_NODE:
+        raise NotExpressible(
+            f"tensor/expert-parallel group of {tp} GPUs exceeds the old engine's "
+            f"{_LEGACY_GPU_NODE}-GPU NVLink node"
+        )
+    if spec.get("rate_per_second") is not None:
+        raise NotExpressible("open-loop rate_per_second has no closed-loop equivalent")
+    old.pop("rate_per_second", None)
+    spec_dec = spec.get("speculative")
+    old["speculative"] = wafer if spec_dec is None else bool(spec_dec)
+    software = spec.get("software")
+    if software is not None and _is_date(software):
+        if wafer:
+            old["software"] = str(software)[:7].replace("-", ".")
+        else:
+            old.pop("software")
+    return old, float(spec.get("replicas") or 1)
+
+
+def _validate_own(f: Mapping[str, Any]) -> None:
+    fid = f.get("id", "?")
+    _validate_common(f, "own hold-out figure", ("kind", "table", "assumed"))
+    kind = f["kind"]
+    if not isinstance(kind, Mapping) or set(kind) != set(KIND_VALUES):
+        raise SimEngineError(f"own hold-out figure {fid!r}: kind needs {sorted(KIND_VALUES)}")
+    for dim, allowed in KIND_VALUES.items():
+        if kind[dim] not in allowed:
+            raise SimEngineError(f"own hold-out figure {fid!r}: kind.{dim} not in {allowed}")
+    if not isinstance(f["table"], bool):
+        raise SimEngineError(f"own hold-out figure {fid!r}: table must be true or false")
+    before = f.get("before_error")
+    if before is not None and not isinstance(before, (int, float)):
+        if not (isinstance(before, str) and before.startswith("n/a")):
+            raise SimEngineError(f"own hold-out figure {fid!r}: before_error number or 'n/a: ...'")
+
+
+def load_own_holdout(path: str | Path = OWN_HOLDOUT_FILE) -> list[dict[str, Any]]:
+    """The own hold-out figures as dicts (validated; ids unique)."""
+    with open(path, "rb") as fh:
+        figures = tomllib.load(fh).get("figure", [])
+    for f in figures:
+        _validate_own(f)
+    ids = [f["id"] for f in figures]
+    if len(set(ids)) != len(ids):
+        raise SimEngineError("own hold-out figure ids must be unique")
+    return figures
+
+
+@dataclass(frozen=True)
+class OwnHoldoutRow(HoldoutRow):
+    """One own hold-out figure: published vs predicted (None when not expressible yet)."""
+
+    predicted: float | None  # type: ignore[assignment]
+    error: float | None  # type: ignore[assignment]  # None when not expressible
+    kind: Mapping[str, str]
+    table: bool
+    reason: str  # why not expressible ("" when predicted)
+    before_error: float | str | None  # recorded in the file before issue 28's physics
+
+
+@dataclass(frozen=True)
+class KindSummary:
+    """Median and max |error| of the figures of one kind (e.g. hardware = wafer)."""
+
+    dimension: str
+    value: str
+    n: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+
+
+def summarise_by_kind(
+    pairs: Sequence[tuple[Mapping[str, str], float | None]],
+) -> list[KindSummary]:
+    """Per kind value (gpu/wafer, dense/moe, latency/throughput): n, median and max |error|.
+
+    ``pairs`` are (kind, error); errors that are None (not expressible) are left out.
+    """
+    out = []
+    for dim, values in KIND_VALUES.items():
+        for value in values:
+            errs = [abs(e) for k, e in pairs if k[dim] == value and e is not None]
+            out.append(
+                KindSummary(dim, value, len(errs),
+                            statistics.median(errs) if errs else None,
+                            max(errs) if errs else None)
+            )  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True)
+class OwnHoldoutResult:
+    """The own hold-out rows, the overall summary and the error by kind."""
+
+    rows: tuple[OwnHoldoutRow, ...]
+
+    @property
+    def expressible(self) -> list[OwnHoldoutRow]:
+        return [r for r in self.rows if r.error is not None]
+
+    @property
+    def median_abs_error(self) -> float | None:
+        errs = [abs(r.error) for r in self.expressible if r.error is not None]
+        return statistics.median(errs) if errs else None
+
+    @property
+    def max_abs_error(self) -> float | None:
+        errs = [abs(r.error) for r in self.expressible if r.error is not None]
+        return max(errs) if errs else None
+
+    def by_kind(self) -> list[KindSummary]:
+        return summarise_by_kind([(r.kind, r.error) for r in self.rows])
+
+    def before_by_kind(self) -> list[KindSummary]:
+        return summarise_by_kind(
+            [(r.kind, r.before_error if isinstance(r.before_error, float) else None)
+             for r in self.rows]
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [asdict(r) for r in self.rows],
+            "median_abs_error": self.median_abs_error,
+            "max_abs_error": self.max_abs_error,
+            "by_kind": [asdict(k) for k in self.by_kind()],
+            "before_by_kind": [asdict(k) for k in self.before_by_kind()],
+        }
+
+
+def _own_row(f: Mapping[str, Any], predicted: float | None, reason: str) -> OwnHoldoutRow:
+    before = f.get("before_error")
+    return OwnHoldoutRow(
+        **_common_fields(f, predicted),
+        kind=dict(f["kind"]),
+        table=bool(f["table"]),
+        reason=reason,
+        before_error=float(before) if isinstance(before, (int, float)) else before,
+    )
+
+
+def predict_own_figure(
+    f: Mapping[str, Any], params: EngineParams = DEFAULT_PARAMS, *, legacy: bool = False
+) -> float:
+    """The engine's value for one own hold-out figure (``legacy``: via :func:`legacy_spec`).
+
+    Raises :class:`SimEngineError` (incl. :class:`NotExpressible`) when the spec cannot be
+    evaluated.
+    """
+    spec, factor = legacy_spec(f["spec"]) if legacy else (f["spec"], 1.0)
+    value = float(predict_spec(spec, params)[f["metric"]])
+    return value * factor if f["metric"] == "throughput_tokens_per_second" else value
+
+
+def evaluate_own_holdout(
+    params: EngineParams = DEFAULT_PARAMS,
+    path: str | Path = OWN_HOLDOUT_FILE,
+    *,
+    legacy: bool = False,
+) -> OwnHoldoutResult:
+    """Predict every own hold-out figure; rows the engine cannot parse carry the reason.
+
+    ``legacy=True`` evaluates the specs reduced by :func:`legacy_spec` (how the
+    ``before_error`` column was produced, before issue 28's physics).
+    """
+    rows = []
+    for f in load_own_holdout(path):
+        try:
+            rows.append(_own_row(f, predict_own_figure(f, params, legacy=legacy), ""))
+        except SimEngineError as exc:
+            rows.append(_own_row(f, None, str(exc)))
+    return OwnHoldoutResult(tuple(rows))
