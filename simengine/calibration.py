@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .holdout import evaluate_holdout
+from .holdout import evaluate_holdout, evaluate_own_holdout
 from .model import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec, load_catalog_models
 from .params import (
     DEFAULT_PARAMS,
@@ -36,7 +36,7 @@ from .params import (
 )
 from .perf import Deployment, TaskProfile, decode_step_seconds, predict, serving_point, token_speed
 from .placement import placement
-from .report import calibration_table, holdout_table, leave_one_out_table
+from .report import calibration_table, holdout_table, leave_one_out_table, own_holdout_table
 from .results import CalibrationResult, CalibrationRow, ParameterRow
 from .spec import predict_spec
 
@@ -578,6 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(calibration_table(result))
     print()
     print(holdout_table(evaluate_holdout(result.params)))
+    print()
+    print(own_holdout_table(evaluate_own_holdout(result.params)))
     if args.leave_one_out:
         print()
         print(leave_one_out_table(leave_one_out_checks(sol, spark, result.params)))

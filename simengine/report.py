@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .holdout import HoldoutResult
+from .holdout import HoldoutResult, KindSummary, OwnHoldoutResult
 from .perf import Prediction
 from .results import CalibrationResult
 
@@ -127,6 +127,57 @@ def holdout_table(result: HoldoutResult) -> str:
         f"max |error| {result.max_abs_error:.1%} "
         f"({'PASS' if result.passed else 'FAIL'}: median <= 15 %, none > 30 %)"
     )
+    return text
+
+
+def _pct(x: float | str | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.1%}" if isinstance(x, float) else "n/a"
+
+
+def kind_summary_table(summaries: Sequence[KindSummary]) -> str:
+    """Median and max |error| per kind (gpu/wafer, dense/moe, latency/throughput)."""
+    rows = [
+        (f"{s.dimension}={s.value}", str(s.n),
+         "-" if s.median_abs_error is None else f"{s.median_abs_error:.1%}",
+         "-" if s.max_abs_error is None else f"{s.max_abs_error:.1%}")
+        for s in summaries
+    ]  # fmt: skip
+    return _table(["kind", "n", "median |error|", "max |error|"], rows)
+
+
+def own_holdout_table(result: OwnHoldoutResult) -> str:
+    """Issue 28's own hold-out: each figure now and before, and the error by kind.
+
+    Rows whose spec the engine cannot evaluate yet print as "not expressible yet" with
+    the engine's reason underneath; ``before`` is the recorded pre-issue-28 error.
+    """
+    rows, reasons = [], []
+    for r in result.rows:
+        kind = "/".join(r.kind[d] for d in ("hardware", "model", "measure"))
+        if r.error is None:
+            now, err = "not expressible yet", "-"
+            reasons.append(f"  {r.id}: {r.reason}")
+        else:
+            now, err = _num(r.predicted), _pct(r.error)
+        rows.append((r.id, kind, r.metric.replace("_seconds", " s").replace("_", " "),
+                     _num(r.published), now, err, _pct(r.before_error), str(r.date)))  # fmt: skip
+    text = "own hold-out (issue 28; frozen before its physics changed)\n" + _table(
+        ["figure", "kind", "metric", "published", "predicted", "error", "before", "date"], rows
+    )
+    if reasons:
+        text += "\nnot expressible yet:\n" + "\n".join(reasons)
+    n = len(result.expressible)
+    if n:
+        text += (
+            f"\n\nown hold-out: {n} of {len(result.rows)} expressible, median |error| "
+            f"{result.median_abs_error:.1%}, max |error| {result.max_abs_error:.1%}"
+        )
+    else:
+        text += f"\n\nown hold-out: none of {len(result.rows)} figures expressible yet"
+    text += "\n\nerror by kind (now)\n" + kind_summary_table(result.by_kind())
+    text += "\n\nerror by kind (before issue 28)\n" + kind_summary_table(result.before_by_kind())
     return text
 
 

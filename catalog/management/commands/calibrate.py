@@ -5,15 +5,16 @@ from django.core.management.base import BaseCommand, CommandError
 import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
-from simengine.holdout import evaluate_holdout
-from simengine.report import calibration_table, holdout_table
+from simengine.holdout import evaluate_holdout, evaluate_own_holdout
+from simengine.report import calibration_table, holdout_table, own_holdout_table
 
 
 class Command(BaseCommand):
     help = (
         "Fit the engine's named parameters to the published figures (GPT-5.6 Sol, "
         "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU ceilings) and print each "
-        "target, the model's value and the residual."
+        "target, the model's value and the residual, then the hold-out and issue 28's own "
+        "hold-out (with the error by kind: GPU/wafer, dense/MoE, latency/throughput)."
     )
 
     def add_arguments(self, parser):
@@ -36,12 +37,14 @@ class Command(BaseCommand):
         except simengine.SimEngineError as exc:
             raise CommandError(str(exc)) from exc
         holdout = evaluate_holdout(result.params)
+        own = evaluate_own_holdout(result.params)
         if o["json"]:
-            data = {**result.to_dict(), "holdout": holdout.to_dict()}
+            data = {**result.to_dict(), "holdout": holdout.to_dict(), "own_holdout": own.to_dict()}
             self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
             self.stdout.write(calibration_table(result))
             self.stdout.write("\n" + holdout_table(holdout))
+            self.stdout.write("\n" + own_holdout_table(own))
         if not result.passed:
             names = ", ".join(r.name for r in result.failures)
             raise CommandError(f"Targets outside tolerance: {names}")
