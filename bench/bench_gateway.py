@@ -17,9 +17,10 @@ The load generator is one asyncio client (aiohttp): N connections in closed loop
 sends its next request when the answer is in) for --seconds. Each round measures every
 (endpoint, clients) pair on both sides, back to back; the side that goes first
 alternates from round to round. Printed: every measurement, then the median [min-max]
-over rounds of req/s, median and P90 latency, the server's CPU ms per request, and the
-ratio ours/theirs (median of the per-round ratios), then the issue's goals. A PNG chart
-with matplotlib when it is installed (--chart).
+over rounds of req/s, median and P90 latency, the server's CPU ms per request (all its
+processes) and the load generator's (when it nears a core's worth, the client is the
+limit, not the server), the ratio ours/theirs (median of the per-round ratios), then
+the issue's goals. A PNG chart with matplotlib when it is installed (--chart).
 
 Every answer must be 200: non-200s and failed requests are counted, the first few are
 printed, and the bench exits with status 1 if there was any. If LiteLLM is not
@@ -115,22 +116,22 @@ def create_database(server_url: str) -> str:
         ).fetchall():
             m = re.fullmatch(rf"{DB_PREFIX}(\d+)_[0-9a-f]+", old)
             if m and not pid_alive(int(m.group(1))):
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old))
-                )
+                _drop(conn, old)
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return server_url.rsplit("/", 1)[0] + "/" + name
 
 
-def drop_database(database_url: str) -> None:
-    import psycopg
+def _drop(conn, name: str) -> None:
     from psycopg import sql
 
-    name = database_url.rsplit("/", 1)[1]
+    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def drop_database(database_url: str) -> None:
+    import psycopg
+
     with psycopg.connect(_admin_url(database_url), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        _drop(conn, database_url.rsplit("/", 1)[1])
 
 
 def start_ours(database_url: str, broker_url: str, workers: int) -> tuple[ServiceProcess, Target]:
@@ -305,7 +306,8 @@ class Measure:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
-    cpu: float = 0.0
+    cpu: float = 0.0  # the server's CPU seconds (all its processes)
+    client_cpu: float = 0.0  # the load generator's
 
     @property
     def ok(self) -> int:
@@ -327,6 +329,10 @@ class Measure:
     @property
     def cpu_ms(self) -> float:
         return self.cpu * 1000 / self.ok if self.ok else float("nan")
+
+    @property
+    def client_cpu_ms(self) -> float:
+        return self.client_cpu * 1000 / self.ok if self.ok else float("nan")
 
 
 async def closed_loop(target: Target, what: str, clients: int, seconds: float) -> Measure:
@@ -366,11 +372,12 @@ async def closed_loop(target: Target, what: str, clients: int, seconds: float) -
     connector = aiohttp.TCPConnector(limit=clients, force_close=False)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        cpu0 = cpu_seconds(target.pgid)
+        cpu0, client0 = cpu_seconds(target.pgid), time.process_time()
         t0 = time.monotonic()
         await asyncio.gather(*(one_client(session, t0 + seconds) for _ in range(clients)))
         m.seconds = time.monotonic() - t0  # the last answers land after the stop time
         m.cpu = cpu_seconds(target.pgid) - cpu0
+        m.client_cpu = time.process_time() - client0
     return m
 
 
@@ -411,7 +418,7 @@ def report(results: list[Measure], sides: list[str], clients: list[int]) -> dict
     print("\nmedian [min-max] over rounds")
     print(
         f"{'what':<10} {'clients':>7}  {'side':<8} {'endpoint':<26} {'req/s':>18} "
-        f"{'median ms':>20} {'P90 ms':>20} {'CPU ms/req':>18}"
+        f"{'median ms':>20} {'P90 ms':>20} {'CPU ms/req':>18} {'client CPU':>18}"
     )
     summary: dict = {}
     for what in ("chat", "bare"):
@@ -428,7 +435,8 @@ def report(results: list[Measure], sides: list[str], clients: list[int]) -> dict
                     f"{spread([m.rps for m in rs]):>18} "
                     f"{spread([m.median_ms for m in rs], '{:.2f}'):>20} "
                     f"{spread([m.p90_ms for m in rs], '{:.2f}'):>20} "
-                    f"{spread([m.cpu_ms for m in rs], '{:.2f}'):>18}"
+                    f"{spread([m.cpu_ms for m in rs], '{:.2f}'):>18} "
+                    f"{spread([m.client_cpu_ms for m in rs], '{:.2f}'):>18}"
                 )
     if "litellm" in sides:
         print("\nratio ours / LiteLLM (per round, then median [min-max])")
@@ -585,7 +593,8 @@ def main() -> int:
                         print(
                             f"round {rnd + 1} {what:<4} {n:>2} clients {m.side:<8} "
                             f"{m.rps:7.0f} req/s  median {m.median_ms:7.2f} ms  "
-                            f"P90 {m.p90_ms:7.2f} ms  CPU {m.cpu_ms:5.2f} ms/req{errs}",
+                            f"P90 {m.p90_ms:7.2f} ms  CPU {m.cpu_ms:5.2f} ms/req "
+                            f"(client {m.client_cpu_ms:4.2f}){errs}",
                             flush=True,
                         )
     finally:
