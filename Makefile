@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: install install-ops image compose-test k8s-check run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay clean
+.PHONY: install install-ops image compose-test k8s-check run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay bench-gateway clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -112,6 +112,38 @@ bench-queues: install
 ## the replay's speed: 5,000 requests of the shipped trace through the real path (throwaway database)
 bench-replay: install
 	$(PY) bench/bench_replay.py
+
+## our /v1/chat/completions and ping vs a local LiteLLM proxy (mock model), interleaved
+## (PostgreSQL: BENCH_DATABASE_URL's server). LiteLLM is a benchmark-only dependency: its
+## own venv, pinned (never 1.107.0, a compromised release). Its [proxy] extra also names
+## litellm-proxy, litellm-proxy-extras (the proxy's database) and litellm-enterprise at
+## versions the registry does not serve; the proxy's code is in the litellm wheel, so the
+## extra's other requirements are named here instead. If the install fails, the bench
+## says why and measures our side only. BENCH_ARGS: the bench's options.
+LITELLM_VERSION := 1.110.2
+LITELLM_VENV ?= var/bench-litellm-venv
+LITELLM_STAMP := $(LITELLM_VENV)/.installed-$(LITELLM_VERSION)
+LITELLM_PROXY_DEPS := "gunicorn>=23.0.0,<24" "uvicorn>=0.33.0,<1" "granian>=2.7.4,<3" \
+	"uvloop>=0.22.1,<1" "fastapi>=0.136.3,<1" "starlette>=1.0.1,<2" "backoff>=2.2.1,<3" \
+	"pyyaml>=6.0.3,<7" "rq>=2.7.0,<3" "orjson>=3.11.6,<4" "hiredis>=3.0.0,<4" \
+	"apscheduler>=3.11.2,<4" "fastapi-sso>=0.19.0,<1" "pyjwt>=2.13.0,<3" \
+	"python-multipart>=0.0.27,<1" "cryptography>=49.0.0,<51" "pynacl>=1.6.2,<2" \
+	"websockets>=15.0.1,<16" "azure-identity>=1.25.2,<2" "azure-storage-blob>=12.28.0,<13" \
+	"mcp>=2.3.0,<3" "httpx2>=2.10.0,<3" "restrictedpython>=8.5,<9" "rich>=13.9.4,<14" \
+	"inquirerpy>=0.3.4,<1" "tomlkit>=0.13.3,<1" "polars>=1.38.1,<2" "soundfile>=0.12.1,<1" \
+	"pyroscope-io>=0.8.16,<1" "expression>=5.6.0,<6" "semver>=3.0.4,<4" \
+	"backports-zstd>=1.0.0,<2; python_version < '3.14'"
+bench-gateway: install
+	@test "$(LITELLM_VERSION)" != 1.107.0 || { echo "litellm 1.107.0 is a compromised release: refused"; exit 1; }
+	@test -f $(LITELLM_STAMP) || { \
+	  echo "installing litellm==$(LITELLM_VERSION) into $(LITELLM_VENV) (log: $(LITELLM_VENV)-install.log)"; \
+	  mkdir -p $(dir $(LITELLM_VENV)); \
+	  { test -x $(LITELLM_VENV)/bin/python || $(PYTHON) -m venv $(LITELLM_VENV); } \
+	  && $(LITELLM_VENV)/bin/python -m pip install "litellm==$(LITELLM_VERSION)" $(LITELLM_PROXY_DEPS) \
+	    > $(LITELLM_VENV)-install.log 2>&1 \
+	  && touch $(LITELLM_STAMP) \
+	  || echo "LiteLLM could not be installed: see $(LITELLM_VENV)-install.log"; }
+	$(PY) bench/bench_gateway.py --litellm-venv $(LITELLM_VENV) $(BENCH_ARGS)
 
 clean:
 	rm -rf var .pytest_cache test-artifacts
