@@ -7,11 +7,13 @@ load times the tier's batch cap; the cap alone when no load is given), co-batche
 streams hold the workload's own context, and every other stream's prefill stalls the
 decode steps it shares (chunked-prefill interference), so per-stream speed falls and
 replica throughput rises as concurrency grows. MoE: distinct experts touched by the
-batch. Wafers are latency-bound, not bandwidth-bound: per-token time is
-sum over layers (t_layer + active bytes on the wafer / (SRAM BW eta_sram)) + (P - 1)
-t_hop + t_fixed, divided by the speculative-decoding multiplier when it is on; t_layer
-is calibrated per software version, t_hop is physical (link latency + activation
-transfer, about a microsecond).
+batch (:mod:`simengine.moe`; expert parallelism adds its all-to-all). Wafers are
+latency-bound, not bandwidth-bound: per-token time is sum over layers (t_layer + active
+bytes on the wafer / (SRAM BW eta_sram)) + (P - 1) t_hop (+ two expert hops per MoE
+layer when an MoE spans wafers) + t_fixed; t_layer is calibrated per software version,
+t_hop is physical (link latency + activation transfer, about a microsecond).
+Speculative decoding (:mod:`simengine.speculative`): a verify step of k + 1 tokens per
+stream plus the drafter's passes, over the expected tokens per step.
 
 An agent task is a sequence of turns; per turn: wait + transport round trip + TTFT
 (server overhead + prefill of the uncached tokens + first step) + decode + the agent's
@@ -37,9 +39,24 @@ import numpy as np
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .model import HashOnce, ModelSpec, hash_once
+from .moe import (
+    compute_peak,
+    moe_collectives_seconds,
+    step_active_params,
+    step_weight_bytes,
+    wafer_expert_hops,
+)
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
+from .speculative import (
+    PRODUCTION_METHOD,
+    Speculation,
+    drafter_shape,
+    gpu_drafter_seconds,
+    method_default,
+    wafer_drafter_seconds,
+)
 
 TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
@@ -63,8 +80,9 @@ class Deployment(HashOnce):
     ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
     ``software`` picks the calibrated parameter version (default: the device's current
     one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed;
-    ``speculative`` turns on speculative decoding (the ``<kind>:speculative_multiplier``
-    on tokens per step).
+    ``speculative``: False, True (the hardware's production method) or a
+    :class:`~simengine.speculative.Speculation`. ``expert_parallel``: GPUs over which an
+    MoE's experts are split (all-to-all per MoE layer; 1 = tensor-split experts).
     """
 
     device: str
@@ -73,11 +91,13 @@ class Deployment(HashOnce):
     transport: str = "reworked"
     software: str | None = None
     nodes_per_replica: int | None = None
-    speculative: bool = False
+    speculative: bool | Speculation = False
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
         _positive_int(self.nodes, "nodes", 1)
+        _positive_int(self.expert_parallel, "expert_parallel", 1)
         if self.tier not in TIERS:
             raise SimEngineError(f"unknown tier {self.tier!r}; known: {list(TIERS)}")
         if self.transport not in TRANSPORTS:
@@ -261,11 +281,13 @@ class _Knobs:
     allreduce_base: float
     activation_bytes: float
     step_overhead: float
-    speculative: float  # tokens-per-step multiplier (1 without speculative decoding)
+    speculation: Speculation | None  # speculative decoding (None: off)
     tier_batch: float | None  # GPUs: the tier's batch cap
     chunk_tokens: float | None  # GPUs: chunked-prefill chunk
     wafer_pass: float  # wafers: one token through the pipeline
     wafer_fixed: float
+    wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
+    wafer_draft: float = 0.0  # wafers: one drafter pass
 
 
 def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
@@ -292,13 +314,17 @@ def decode_step_seconds(
     eta_flop: float = 1.0,
     allreduce_base: float = 0.0,
     activation_bytes: float = 2.0,
+    tokens_per_stream: int = 1,
+    expert_parallel: int = 1,
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
     bytes = (weights touched by the batch + KV of every stream) / TP;
     FLOPs = (2 N_active B + 4 L d sum(contexts)) / TP; step = max(memory, compute)
-    + per-layer all-reduces + pipeline hops. With eta = 1 and TP = 1 this is the
-    bandwidth ceiling.
+    + per-layer all-reduces (or the experts' all-to-all) + pipeline hops. With eta = 1
+    and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
+    speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
+    k + 1 times).
     """
     line = _decode_step_line(
         model,
@@ -311,6 +337,8 @@ def decode_step_seconds(
         eta_flop=eta_flop,
         allreduce_base=allreduce_base,
         activation_bytes=activation_bytes,
+        tokens_per_stream=tokens_per_stream,
+        expert_parallel=expert_parallel,
     )
     return line.at(context_tokens)
 
@@ -399,18 +427,27 @@ def _decode_step_line(
     eta_flop: float,
     allreduce_base: float,
     activation_bytes: float,
+    tokens_per_stream: int = 1,
+    expert_parallel: int = 1,
 ) -> _StepLine:
     others_in_kv = (batch - 1) * other_context_tokens
-    mem_rate = tensor_parallel * hw.memory_bandwidth * eta_mem
-    flop_rate = tensor_parallel * hw.peak_flops(model.bytes_per_param) * eta_flop
-    attn = 4 * model.layers * model.hidden_size
-    act = batch * model.hidden_size * activation_bytes
-    t_comm = 2 * model.layers * _allreduce(hw, act, tensor_parallel, allreduce_base)
+    tokens = batch * tokens_per_stream
+    tp, ep = tensor_parallel, expert_parallel
+    mem_rate = tp * hw.memory_bandwidth * eta_mem
+    flop_rate = tp * compute_peak(model, hw) * eta_flop
+    attn = 4 * model.layers * model.hidden_size * tokens_per_stream
+    act = tokens * model.hidden_size * activation_bytes
+    t_comm = moe_collectives_seconds(
+        model, hw, tokens, tp, ep,
+        allreduce=lambda size, group: _allreduce(hw, size, group, allreduce_base),
+        base=allreduce_base, activation_bytes=activation_bytes,
+    )  # fmt: skip
     t_comm += (pipeline_stages - 1) * (hw.scaleout_latency + act / hw.scaleout_bandwidth)
+    weights = step_weight_bytes(model, tokens, tp, ep)
     return _StepLine(
-        mem0=(model.decode_weight_bytes(batch) + model.kv_bytes(others_in_kv)) / mem_rate,
+        mem0=(weights + model.kv_bytes(others_in_kv)) / mem_rate,
         mem1=model.kv_bytes_per_token / mem_rate,
-        flop0=(2 * model.active_params_decode * batch + attn * others_in_kv) / flop_rate,
+        flop0=(2 * step_active_params(model, tp, ep) * tokens + attn * others_in_kv) / flop_rate,
         flop1=attn / flop_rate,
         fixed=t_comm,
     )
@@ -437,14 +474,56 @@ def _wafer_pass(s: _Served) -> float:
     eff_bw = s.hw.memory_bandwidth * s.p("eta_sram")
     packed = max(placement(m, s.hw.key, context_tokens=place.context_tokens).layers_per_stage)
     per_layer = s.p("t_layer") + active_fraction * packed * layer_bytes / eff_bw
-    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s)
+    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s) + _wafer_moe(s)
+
+
+def _wafer_moe(s: _Served) -> float:
+    # An MoE spanning several wafers has each layer's experts on other wafers than the
+    # token: two hops per MoE layer with k x hidden activations (simengine.moe).
+    m = s.model
+    if not m.is_moe or s.place.pipeline_stages <= 1:
+        return 0.0
+    return wafer_expert_hops(
+        m.layers,
+        m.expert_layout[1],
+        m.hidden_size,
+        s.params.get("activation_bytes"),
+        hop_latency=s.params.get("wafer:t_link"),
+        link_bandwidth=s.hw.link_bandwidth,
+    )
+
+
+def _speculation(s: _Served) -> Speculation | None:
+    spec = s.deployment.speculative
+    if spec is True:
+        return method_default(PRODUCTION_METHOD[s.hw.kind])
+    return spec or None
+
+
+def _wafer_speculative(s: _Served, spec: Speculation | None) -> tuple[float, float]:
+    # (extra time of a verify pass: the k draft tokens' FLOPs on the busiest wafer at
+    # the wafer's prefill rate; one drafter pass).
+    if spec is None:
+        return 0.0, 0.0
+    m = s.model
+    share = max(s.place.layers_per_stage) / m.layers
+    extra = (spec.draft_tokens * 2 * m.active_params_decode * share
+             / (compute_peak(m, s.hw) * s.params.get("wafer:eta_flop")))  # fmt: skip
+    draft = wafer_drafter_seconds(
+        drafter_shape(spec, m.layers),
+        layers=m.layers,
+        t_layer=s.p("t_layer"),
+        active_bytes=m.decode_weight_bytes(1),
+        sram_rate=s.hw.memory_bandwidth * s.p("eta_sram"),
+    )
+    return extra, draft
 
 
 def _knobs(s: _Served) -> _Knobs:
     # Looked up in the order the formulas first need them (the first missing one is
     # the error).
     get, gpu = s.params.get, s.hw.kind == "gpu"
-    spec = get(f"{s.hw.kind}:speculative_multiplier") if s.deployment.speculative else 1.0
+    spec = _speculation(s)
     if gpu:
         return _Knobs(
             eta_mem=s.p("eta_mem"),
@@ -452,23 +531,26 @@ def _knobs(s: _Served) -> _Knobs:
             allreduce_base=get("gpu:allreduce_base"),
             activation_bytes=get("activation_bytes"),
             step_overhead=get("gpu:step_overhead"),
-            speculative=spec,
+            speculation=spec,
             tier_batch=get(f"tier:{s.deployment.tier}:batch"),
             chunk_tokens=get("gpu:prefill_chunk_tokens"),
             wafer_pass=0.0,
             wafer_fixed=0.0,
         )
+    verify_extra, draft = _wafer_speculative(s, spec)
     return _Knobs(
         eta_mem=0.0,
         eta_flop=get("wafer:eta_flop"),
         allreduce_base=0.0,
         activation_bytes=get("activation_bytes"),
         step_overhead=0.0,
-        speculative=spec,
+        speculation=spec,
         tier_batch=None,
         chunk_tokens=None,
         wafer_pass=_wafer_pass(s),
         wafer_fixed=get("wafer:t_fixed"),
+        wafer_verify_extra=verify_extra,
+        wafer_draft=draft,
     )
 
 
@@ -483,17 +565,24 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
     # decode batch of ``batch`` streams each holding ``other_context`` (GPUs; a wafer's
     # line depends on neither).
     k = s.knobs
-    spec = k.speculative
+    spec = k.speculation
+    per_step = spec.tokens_per_step if spec is not None else 1.0
     if s.hw.kind == "wafer":
         # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
-        bw = s.hw.memory_bandwidth * spec
-        fixed = (k.wafer_pass + k.wafer_fixed) / spec
+        # Speculative: a verify pass (the pass + the draft tokens' compute) and the
+        # drafter's passes yield E[tokens] tokens.
+        bw = s.hw.memory_bandwidth * per_step
+        step = k.wafer_pass + k.wafer_fixed
+        if spec is not None:
+            passes = drafter_shape(spec, s.model.layers).passes
+            step += k.wafer_verify_extra + passes * k.wafer_draft
         mem0 = s.model.decode_weight_bytes(1) / bw
-        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, fixed)
+        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
+    b = float(batch or 1)
     line = _decode_step_line(
         s.model,
         s.hw,
-        batch=float(batch or 1),
+        batch=b,
         other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=s.place.pipeline_stages,
@@ -501,10 +590,36 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         eta_flop=k.eta_flop,
         allreduce_base=k.allreduce_base,
         activation_bytes=k.activation_bytes,
+        tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
+        expert_parallel=s.deployment.expert_parallel,
     )
     fixed = line.fixed + k.step_overhead
-    return _StepLine(line.mem0 / spec, line.mem1 / spec, line.flop0 / spec, line.flop1 / spec,
-                     fixed / spec)  # fmt: skip
+    if spec is None:
+        return _StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed)
+    fixed += _gpu_drafting(s, line, b, other_context, spec)
+    return _StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
+                     line.flop1 / per_step, fixed / per_step)  # fmt: skip
+
+
+def _gpu_drafting(
+    s: _Served, line: _StepLine, batch: float, context: float, spec: Speculation
+) -> float:
+    # The drafter's passes per verify step for ``batch`` streams at ``context`` tokens.
+    m, k = s.model, s.knobs
+    shape = drafter_shape(spec, m.layers)
+    tp = s.place.tensor_parallel or 1
+    one = gpu_drafter_seconds(
+        shape,
+        active_params=m.active_params_decode,
+        bytes_per_param=m.attention_bytes_per_param,
+        batch=batch,
+        kv_bytes=m.kv_bytes(batch * context),
+        attention_flops=4 * m.layers * m.hidden_size * batch * context,
+        mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
+        flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
+        fixed=line.fixed + k.step_overhead,
+    )
+    return shape.passes * one
 
 
 def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
@@ -533,25 +648,36 @@ def _prefill_seconds(s: _Served, new, cached):
     flops = 2 * m.active_params_prefill * new + 2 * m.layers * m.hidden_size * (
         new * new + 2 * new * cached
     )
-    peak = s.hw.peak_flops(m.bytes_per_param)
+    peak = compute_peak(m, s.hw)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
         share = max(s.place.layers_per_stage) / m.layers
         return flops * share / (peak * k.eta_flop) + k.wafer_pass
-    tp = s.place.tensor_parallel or 1
+    tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
     t_flop = flops / (tp * peak * k.eta_flop)
-    t_mem = (m.decode_weight_bytes(new) + m.kv_bytes(cached + new)) / (
+    t_mem = (step_weight_bytes(m, new, tp, ep) + m.kv_bytes(cached + new)) / (
         tp * s.hw.memory_bandwidth * k.eta_mem
     )
     act = new * m.hidden_size * k.activation_bytes
-    t_comm = 2 * m.layers * _allreduce(s.hw, act, tp, k.allreduce_base)
+    t_comm = _prefill_collectives(s, new, tp, ep)
     t_comm += (s.place.pipeline_stages - 1) * (
         s.hw.scaleout_latency + act / s.hw.scaleout_bandwidth
     )
     if isinstance(new, np.ndarray):
         return np.maximum(t_flop, t_mem) + t_comm
     return max(t_flop, t_mem) + t_comm
+
+
+def _prefill_collectives(s: _Served, new, tp: int, ep: int):
+    # All-reduces (and the experts' all-to-all) of a prefill of ``new`` tokens (a number
+    # or an array).
+    k = s.knobs
+    return moe_collectives_seconds(
+        s.model, s.hw, new, tp, ep,
+        allreduce=lambda size, group: _allreduce(s.hw, size, group, k.allreduce_base),
+        base=k.allreduce_base, activation_bytes=k.activation_bytes,
+    )  # fmt: skip
 
 
 def _serve(
@@ -1169,7 +1295,7 @@ def serving_point(
     concurrency: int,
     input_tokens: int,
     output_tokens: int,
-    speculative: bool = False,
+    speculative: bool | Speculation = False,
     with_transport: bool = False,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> dict[str, float]:
