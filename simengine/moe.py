@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SimEngineError
+from .parallel import allreduce_seconds
 
 
 def expert_sizes(
@@ -139,21 +140,19 @@ def step_active_params(model, tensor_parallel: int = 1, expert_parallel: int = 1
 def moe_collectives_seconds(
     model,
     hw,
-    tokens: float,
+    tokens,
     tensor_parallel: int,
     expert_parallel: int,
-    *,
-    allreduce,
     base: float,
     activation_bytes: float,
-) -> float:
-    """Collectives of one step over all layers: tensor parallelism all-reduces twice per
-    layer (attention and MLP/experts outputs); with expert parallelism the experts'
+):
+    """Collectives of one step over all layers (``tokens``: a number or an array):
+    tensor parallelism all-reduces twice per layer (attention and MLP/experts outputs,
+    :func:`simengine.parallel.allreduce_seconds`); with expert parallelism the experts'
     all-reduce becomes a dispatch + combine all-to-all over the EP group, on NVLink
-    when the group fits the NVLink domain, else over the scale-out network.
-    ``allreduce(bytes, group)`` is the engine's all-reduce cost."""
+    when the group fits the NVLink domain, else over the scale-out network."""
     act = tokens * model.hidden_size * activation_bytes
-    ar = allreduce(act, tensor_parallel)
+    ar = allreduce_seconds(hw, act, tensor_parallel, base)
     if expert_parallel <= 1 or not model.is_moe:
         return 2 * model.layers * ar
     on_nvlink = expert_parallel <= hw.max_tensor_parallel

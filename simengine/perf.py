@@ -1,5 +1,10 @@
 """Performance model: per-token decode, prefill, TTFT, transport, and agent tasks.
 
+By concern: :mod:`simengine.kv` (KV capacity, batch caps, chunked prefill and its
+interference), :mod:`simengine.parallel` (tensor-parallel all-reduces, pipeline and
+wafer hops); this module serves a deployment and predicts (``predict``,
+``serving_point``, the memoised service profiles the router reads).
+
 GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
 binds) plus all-reduce collectives and a fixed per-step overhead. Serving is continuous
 batching: the decode batch is the number of streams in flight on the replica (the
@@ -38,6 +43,7 @@ import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HardwareProfile
+from .kv import batch_at, chunk_count, interference
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
     compute_peak,
@@ -46,6 +52,7 @@ from .moe import (
     step_weight_bytes,
     wafer_expert_hops,
 )
+from .parallel import pipeline_hops_seconds, wafer_hop_seconds
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
@@ -290,17 +297,6 @@ class _Knobs:
     wafer_draft: float = 0.0  # wafers: one drafter pass
 
 
-def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
-    # GenZ: 5 us + 2(N-1) t_link + 2(N-1)(D/N)/BW_link.
-    if group <= 1:
-        return 0.0
-    return (
-        base
-        + 2 * (group - 1) * hw.link_latency
-        + 2 * (group - 1) * (size_bytes / group) / hw.link_bandwidth
-    )
-
-
 def decode_step_seconds(
     model: ModelSpec,
     hw: HardwareProfile,
@@ -437,12 +433,8 @@ def _decode_step_line(
     flop_rate = tp * compute_peak(model, hw) * eta_flop
     attn = 4 * model.layers * model.hidden_size * tokens_per_stream
     act = tokens * model.hidden_size * activation_bytes
-    t_comm = moe_collectives_seconds(
-        model, hw, tokens, tp, ep,
-        allreduce=lambda size, group: _allreduce(hw, size, group, allreduce_base),
-        base=allreduce_base, activation_bytes=activation_bytes,
-    )  # fmt: skip
-    t_comm += (pipeline_stages - 1) * (hw.scaleout_latency + act / hw.scaleout_bandwidth)
+    t_comm = moe_collectives_seconds(model, hw, tokens, tp, ep, allreduce_base, activation_bytes)
+    t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
     weights = step_weight_bytes(model, tokens, tp, ep)
     return _StepLine(
         mem0=(weights + model.kv_bytes(others_in_kv)) / mem_rate,
@@ -454,10 +446,11 @@ def _decode_step_line(
 
 
 def _wafer_hop(s: _Served) -> float:
-    # Physical wafer-to-wafer hop: link latency + one token's activations over the I/O.
-    return (
-        s.params.get("wafer:t_link")
-        + s.model.hidden_size * s.params.get("activation_bytes") / s.hw.link_bandwidth
+    return wafer_hop_seconds(
+        s.params.get("wafer:t_link"),
+        s.model.hidden_size,
+        s.params.get("activation_bytes"),
+        s.hw.link_bandwidth,
     )
 
 
@@ -627,12 +620,10 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
         return None, None
-    # KV capacity caps the batch at the context the streams actually hold (and at the
-    # planning context); fractional batches are allowed so the fit is smooth.
     place = s.place
-    kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
-    cap = max(1.0, min(s.knobs.tier_batch, kv_streams))
-    return (cap if batch is None else max(1.0, min(float(batch), cap))), cap
+    return batch_at(
+        place.kv_tokens_per_replica, place.streams_per_replica, s.knobs.tier_batch, batch, context
+    )
 
 
 def _token_seconds(s: _Served, context):
@@ -660,24 +651,11 @@ def _prefill_seconds(s: _Served, new, cached):
         tp * s.hw.memory_bandwidth * k.eta_mem
     )
     act = new * m.hidden_size * k.activation_bytes
-    t_comm = _prefill_collectives(s, new, tp, ep)
-    t_comm += (s.place.pipeline_stages - 1) * (
-        s.hw.scaleout_latency + act / s.hw.scaleout_bandwidth
-    )
+    t_comm = moe_collectives_seconds(m, s.hw, new, tp, ep, k.allreduce_base, k.activation_bytes)
+    t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
     if isinstance(new, np.ndarray):
         return np.maximum(t_flop, t_mem) + t_comm
     return max(t_flop, t_mem) + t_comm
-
-
-def _prefill_collectives(s: _Served, new, tp: int, ep: int):
-    # All-reduces (and the experts' all-to-all) of a prefill of ``new`` tokens (a number
-    # or an array).
-    k = s.knobs
-    return moe_collectives_seconds(
-        s.model, s.hw, new, tp, ep,
-        allreduce=lambda size, group: _allreduce(s.hw, size, group, k.allreduce_base),
-        base=k.allreduce_base, activation_bytes=k.activation_bytes,
-    )  # fmt: skip
 
 
 def _serve(
@@ -758,28 +736,17 @@ def _split(total: int, parts: int) -> np.ndarray:
     return shares
 
 
-def _chunk_count(tokens, chunk_tokens: float | None):
-    # Chunked prefill: a prompt rides this many decode steps (GPUs; wafers stream it:
-    # ``chunk_tokens`` None). ``tokens``: a number or an array.
-    if chunk_tokens is None:
-        return 1 if not isinstance(tokens, np.ndarray) else np.ones_like(tokens)
-    if isinstance(tokens, np.ndarray):
-        return np.maximum(1.0, np.ceil(tokens / chunk_tokens))
-    return max(1, math.ceil(tokens / chunk_tokens))
-
-
 def _chunks(s: _Served, tokens: int) -> int:
-    return _chunk_count(tokens, s.knobs.chunk_tokens)
+    return chunk_count(tokens, s.knobs.chunk_tokens)
 
 
 def _interference(
     s: _Served, batch: float | None, mean_prefill: float, mean_output: float
 ) -> float:
-    # Chunked-prefill interference: the other (B - 1) streams' prefills share the decode
-    # steps, each taking its prefill time once per request of ``mean_output`` tokens.
-    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
+    # Chunked-prefill interference (simengine.kv.interference); none on wafers.
+    if s.hw.kind != "gpu":
         return 0.0
-    return (batch - 1.0) * mean_prefill / mean_output
+    return interference(batch, mean_prefill, mean_output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -818,7 +785,7 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         new, cached = new_input, ctx - new_input
     else:
         new, cached = ctx, np.zeros(task.turns)
-    chunks = _chunk_count(new, chunk_tokens)
+    chunks = chunk_count(new, chunk_tokens)
     nodes, weights = _span_nodes(ctx + 1, out - 1)
     token_x = np.column_stack((ctx, *nodes))
     token_w = np.column_stack((np.ones(task.turns), *weights))
