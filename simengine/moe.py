@@ -108,7 +108,7 @@ def compute_peak(model, hw) -> float:
     rate), combined as the time they take (a harmonic mean weighted by FLOPs)."""
     non_expert, expert = model.active_split
     peak_a = hw.peak_flops(model.attention_bytes_per_param)
-    if not expert:
+    if not expert or model.expert_bytes_per_param == model.attention_bytes_per_param:
         return peak_a
     peak_e = hw.peak_flops(model.expert_bytes_per_param)
     return (non_expert + expert) / (non_expert / peak_a + expert / peak_e)
@@ -125,9 +125,9 @@ def expert_share(model, tensor_parallel: int, expert_parallel: int) -> float:
 def step_weight_bytes(model, tokens, tensor_parallel: int = 1, expert_parallel: int = 1):
     """Weight bytes a step of ``tokens`` tokens reads, expressed at the tensor-parallel
     group's rate (experts spread wider by expert parallelism count for less)."""
-    if not model.is_moe:
-        return model.weight_bytes
     share = expert_share(model, tensor_parallel, expert_parallel)
+    if share == 1.0:
+        return model.decode_weight_bytes(tokens)
     return model.decode_weight_bytes(tokens) - (1.0 - share) * model.expert_weight_bytes(tokens)
 
 
