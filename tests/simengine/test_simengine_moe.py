@@ -150,6 +150,19 @@ def test_a_trillion_parameter_moe_on_wafers_pays_two_expert_hops_per_layer():
     assert perf._wafer_moe(_wafer_served(dense)) == 0.0
 
 
+def test_an_moe_layer_larger_than_a_wafer_spreads_its_experts_over_wafers():
+    # 2T parameters in BF16 over 30 layers: ~133 GB a layer, more than a wafer's SRAM.
+    # A dense model that size cannot be placed; the MoE spreads its experts.
+    giant = {**KIMI, "name": "giant-moe", "params_b": 2000, "active_params_b": 60, "layers": 30}
+    s = _wafer_served(giant)
+    assert s.place.pipeline_stages > 30
+    assert perf._wafer_moe(s) > 0
+    dense = {k: v for k, v in giant.items() if "expert" not in k}
+    dense["active_params_b"] = 2000
+    with pytest.raises(SimEngineError, match="one layer needs"):
+        placement(model_from_spec(dense), "wse-3")
+
+
 def test_spec_expert_fields_are_validated():
     with pytest.raises(SimEngineError, match="experts_per_token is required"):
         model_from_spec({k: v for k, v in DSV3.items() if k != "experts_per_token"})
