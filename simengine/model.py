@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SimEngineError
-from .moe import experts_touched
+from .moe import touched_fraction
 
 # Expert layout assumed for an MoE whose expert counts are not given: DeepSeek-style
 # 256 routed experts, 8 active per token (the shape used in the notes' E_uniq example).
@@ -189,14 +189,20 @@ class ModelSpec(HashOnce):
             + self.shared_expert_params * self.expert_bytes_per_param
         )
 
+    @functools.cached_property
+    def _routed_traffic(self) -> tuple[float, float]:
+        # (bytes of all routed experts, k/E): the hot path's constants.
+        experts, k = self.expert_layout
+        return self.expert_params * self.expert_bytes_per_param, k / experts
+
     def expert_weight_bytes(self, batch: float):
         """Routed-expert bytes a decode step of ``batch`` tokens reads: the distinct
-        experts touched, E (1 - (1 - k/E)^B), times e (a number or an array)."""
+        experts touched (:func:`simengine.moe.experts_touched`: E (1 - (1 - k/E)^B))
+        times e, at the experts' bytes (a number or an array)."""
         if not self.is_moe:
             return 0.0
-        experts, k = self.expert_layout
-        touched = experts_touched(experts, k, batch)
-        return touched * self.per_expert_params * self.expert_bytes_per_param
+        full, share = self._routed_traffic
+        return full * touched_fraction(share, batch)
 
     def decode_weight_bytes(self, batch: float) -> float:
         """Weight bytes streamed by one decode step of ``batch`` tokens.

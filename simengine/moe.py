@@ -55,11 +55,18 @@ def expert_sizes(
     return per_expert, max(non_expert, 0.0)
 
 
+def touched_fraction(share: float, tokens):
+    """Share of a layer's routed experts a batch of ``tokens`` touches when each token
+    picks ``share`` = k/E of them at random: 1 - (1 - k/E)^B, B at least 1 (an expert is
+    idle only if no token picks it). ``tokens``: a number or an array."""
+    b = np.maximum(tokens, 1.0) if isinstance(tokens, np.ndarray) else max(tokens, 1.0)
+    return 1.0 - (1.0 - share) ** b
+
+
 def experts_touched(experts: int, per_token: int, tokens):
     """Expected distinct routed experts a batch of ``tokens`` touches in one layer:
-    E (1 - (1 - k/E)^B), B at least 1 (a number or an array)."""
-    b = np.maximum(tokens, 1.0) if isinstance(tokens, np.ndarray) else max(tokens, 1.0)
-    return experts * (1.0 - (1.0 - per_token / experts) ** b)
+    E (1 - (1 - k/E)^B) (a number or an array)."""
+    return experts * touched_fraction(per_token / experts, tokens)
 
 
 def all_to_all_seconds(
