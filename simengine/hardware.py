@@ -1,4 +1,4 @@
-"""Hardware profiles as data: wafers (Cerebras WSE-3) and GPUs (H100, H200, B200).
+"""Hardware profiles as data: wafers (Cerebras WSE-3) and GPUs (H100, H200, B200, GB200).
 
 Figures are vendor datasheet values (see reference/simengine-notes.md). Nothing here is
 fitted: fitted efficiencies and latencies live in :mod:`simengine.params`.
@@ -33,6 +33,9 @@ class HardwareProfile:
     link_bandwidth: float
     scaleout_latency: float
     scaleout_bandwidth: float
+    # Dense 4-bit (FP4) peak; 0 = no 4-bit tensor cores (4-bit weights run at the 8-bit
+    # rate: Hopper, the wafer).
+    peak_flops_4bit: float = 0.0
     # Part of memory left for weights + KV once runtime buffers and activations are out.
     usable_memory_fraction: float = 0.9
     # Largest tensor-parallel group on the fast fabric (one NVLink domain).
@@ -45,7 +48,10 @@ class HardwareProfile:
         return self.memory_bytes * self.usable_memory_fraction
 
     def peak_flops(self, bytes_per_param: float) -> float:
-        """Dense peak at the precision of the weights (8-bit tensor cores when <= 1 byte)."""
+        """Dense peak at the precision of the weights: 4-bit tensor cores when <= 0.5 byte
+        (Blackwell; elsewhere the 8-bit rate), 8-bit when <= 1 byte, else 16-bit."""
+        if bytes_per_param <= 0.5 and self.peak_flops_4bit:
+            return self.peak_flops_4bit
         return self.peak_flops_8bit if bytes_per_param <= 1.0 else self.peak_flops_16bit
 
     def to_dict(self) -> dict[str, object]:
@@ -55,6 +61,7 @@ class HardwareProfile:
 
 _NVLINK4 = 900e9  # H100/H200 NVLink 4, bytes/s per GPU
 _IB_NDR = 50e9  # 400 Gb/s InfiniBand per GPU
+_NVLINK5 = 1800e9  # Blackwell NVLink 5, bytes/s per GPU
 
 HARDWARE: dict[str, HardwareProfile] = {
     "wse-3": HardwareProfile(
@@ -102,18 +109,42 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
     ),
+    # DGX/HGX B200 (the system published benchmarks run on): 1,440 GB HBM3e over 8 GPUs
+    # = 180 GB each, 8 TB/s; dense BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s (datasheet
+    # figures are with sparsity, twice these); NVLink 5 1.8 TB/s per GPU, 8-GPU domain.
     "b200": HardwareProfile(
         key="b200",
-        name="NVIDIA B200",
+        name="NVIDIA B200 (DGX/HGX B200)",
         kind="gpu",
-        memory_bytes=192e9,
+        memory_bytes=180e9,
         memory_bandwidth=8e12,
         peak_flops_16bit=2250e12,
         peak_flops_8bit=4500e12,
+        peak_flops_4bit=9000e12,
         link_latency=1e-6,
-        link_bandwidth=1800e9,  # NVLink 5
+        link_bandwidth=_NVLINK5,
         scaleout_latency=5e-6,
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
+    ),
+    # GB200 NVL72: 72 Blackwell GPUs in ONE NVLink 5 domain (130 TB/s / 72 = 1.8 TB/s
+    # per GPU), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
+    # 13.4 TB / 72 = 186 GB and 576 TB/s / 72 = 8 TB/s per GPU; dense BF16 2.5 / FP8 5 /
+    # FP4 10 PFLOP/s per GPU (NVIDIA GB200 NVL72 datasheet: 360/720/1,440 PF for the
+    # rack with sparsity, half that dense). Scale-out beyond the rack: 800 Gb/s ConnectX-8 per GPU.
+    "gb200-nvl72": HardwareProfile(
+        key="gb200-nvl72",
+        name="NVIDIA GB200 NVL72",
+        kind="gpu",
+        memory_bytes=186e9,
+        memory_bandwidth=8e12,
+        peak_flops_16bit=2500e12,
+        peak_flops_8bit=5000e12,
+        peak_flops_4bit=10000e12,
+        link_latency=1e-6,
+        link_bandwidth=_NVLINK5,
+        scaleout_latency=5e-6,
+        scaleout_bandwidth=100e9,
+        max_tensor_parallel=72,
     ),
 }

@@ -9,9 +9,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .errors import SimEngineError
+from .moe import touched_fraction
 
 # Expert layout assumed for an MoE whose expert counts are not given: DeepSeek-style
 # 256 routed experts, 8 active per token (the shape used in the notes' E_uniq example).
@@ -57,6 +56,9 @@ class ModelSpec(HashOnce):
 
     ``kv_bytes_per_token`` is summed over all layers (K and V). ``experts`` and
     ``experts_per_token`` only matter for MoE; 0 means "use the DeepSeek-style default".
+    ``shared_experts`` are always-active experts (sizes: :mod:`simengine.moe`).
+    ``attention_bytes`` / ``expert_bytes`` are the bytes per parameter of the
+    non-expert weights and of the expert weights (0 = ``bytes_per_param``).
     """
 
     name: str
@@ -70,6 +72,9 @@ class ModelSpec(HashOnce):
     context_window: int
     experts: int = 0
     experts_per_token: int = 0
+    shared_experts: int = 0
+    attention_bytes: float = 0.0
+    expert_bytes: float = 0.0
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and
@@ -105,10 +110,11 @@ class ModelSpec(HashOnce):
                     f"ModelSpec {self.name!r}: need 0 < experts_per_token < experts, "
                     f"got {k} of {experts}"
                 )
-            if self.shared_params < 0:
+            if self.non_expert_params < -1e-9 * self.total_params:
                 raise SimEngineError(
                     f"ModelSpec {self.name!r}: active/total parameters are inconsistent with "
-                    f"{k} of {experts} experts active (shared parameters would be negative)"
+                    f"{k} of {experts} experts (+{self.shared_experts} shared) active "
+                    "(the non-expert part would be negative)"
                 )
 
     @functools.cached_property
@@ -131,12 +137,17 @@ class ModelSpec(HashOnce):
         return experts, max(1, min(DEFAULT_EXPERTS_PER_TOKEN, math.floor(experts * ratio)))
 
     @functools.cached_property
-    def expert_params(self) -> float:
-        """Parameters in routed experts X, from total = S + X and active = S + X k/E."""
+    def per_expert_params(self) -> float:
+        """Parameters of one expert, e = (total - active) / (E - k) (0 when dense)."""
         if not self.is_moe:
             return 0.0
         experts, k = self.expert_layout
-        return (self.total_params - self.active_params_decode) / (1.0 - k / experts)
+        return (self.total_params - self.active_params_decode) / (experts - k)
+
+    @functools.cached_property
+    def expert_params(self) -> float:
+        """Parameters in routed experts X = E e (total = S + X and active = S + X k/E)."""
+        return self.expert_layout[0] * self.per_expert_params if self.is_moe else 0.0
 
     @functools.cached_property
     def shared_params(self) -> float:
@@ -144,23 +155,72 @@ class ModelSpec(HashOnce):
         return self.total_params - self.expert_params
 
     @functools.cached_property
+    def shared_expert_params(self) -> float:
+        """Parameters of the always-active shared experts, S e."""
+        return self.shared_experts * self.per_expert_params
+
+    @functools.cached_property
+    def non_expert_params(self) -> float:
+        """Attention, embeddings and dense layers: total - (E + S) e."""
+        return self.shared_params - self.shared_expert_params
+
+    @functools.cached_property
+    def attention_bytes_per_param(self) -> float:
+        """Bytes per non-expert parameter (``attention_dtype``)."""
+        return self.attention_bytes or self.bytes_per_param
+
+    @functools.cached_property
+    def expert_bytes_per_param(self) -> float:
+        """Bytes per expert parameter (``expert_dtype``)."""
+        return self.expert_bytes or self.bytes_per_param
+
+    @functools.cached_property
     def weight_bytes(self) -> float:
         """Bytes of all weights (memory capacity follows total parameters)."""
-        return self.total_params * self.bytes_per_param
+        return (
+            self.non_expert_params * self.attention_bytes_per_param
+            + (self.shared_expert_params + self.expert_params) * self.expert_bytes_per_param
+        )
+
+    @functools.cached_property
+    def _always_read_bytes(self) -> float:
+        return (
+            self.non_expert_params * self.attention_bytes_per_param
+            + self.shared_expert_params * self.expert_bytes_per_param
+        )
+
+    @functools.cached_property
+    def _routed_traffic(self) -> tuple[float, float]:
+        # (bytes of all routed experts, k/E): the hot path's constants.
+        experts, k = self.expert_layout
+        return self.expert_params * self.expert_bytes_per_param, k / experts
+
+    def expert_weight_bytes(self, batch: float):
+        """Routed-expert bytes a decode step of ``batch`` tokens reads: the distinct
+        experts touched (:func:`simengine.moe.experts_touched`: E (1 - (1 - k/E)^B))
+        times e, at the experts' bytes (a number or an array)."""
+        if not self.is_moe:
+            return 0.0
+        full, share = self._routed_traffic
+        return full * touched_fraction(share, batch)
 
     def decode_weight_bytes(self, batch: float) -> float:
         """Weight bytes streamed by one decode step of ``batch`` tokens.
 
-        Dense: every weight. MoE: shared weights plus the distinct experts the batch
-        touches, E_uniq(B) = E (1 - (1 - k/E)^B) (uniform routing). ``batch`` may be an
-        array (one figure per element).
+        Dense: every weight. MoE: non-expert and shared-expert weights plus the distinct
+        routed experts the batch touches (:func:`simengine.moe.experts_touched`), each
+        part at its own dtype. ``batch`` may be an array (one figure per element).
         """
         if not self.is_moe:
             return self.weight_bytes
-        experts, k = self.expert_layout
-        at_least_one = np.maximum(batch, 1.0) if isinstance(batch, np.ndarray) else max(batch, 1.0)
-        touched = 1.0 - (1.0 - k / experts) ** at_least_one
-        return (self.shared_params + self.expert_params * touched) * self.bytes_per_param
+        return self._always_read_bytes + self.expert_weight_bytes(batch)
+
+    @functools.cached_property
+    def active_split(self) -> tuple[float, float]:
+        """(non-expert, expert) parameters one token activates (FLOPs by dtype)."""
+        if not self.is_moe:
+            return self.active_params_decode, 0.0
+        return self.non_expert_params, self.active_params_decode - self.non_expert_params
 
     def kv_bytes(self, tokens: float) -> float:
         """KV-cache bytes held for ``tokens`` tokens of context."""
@@ -271,6 +331,7 @@ def model_spec_from_mapping(name: str, architecture: dict[str, Any], **extra: An
             context_window=int(arch["context_window"]),
             experts=int(arch.get("experts", 0)),
             experts_per_token=int(arch.get("experts_per_token", 0)),
+            shared_experts=int(arch.get("shared_experts", 0)),
         )
     except KeyError as exc:
         raise SimEngineError(f"model {name!r}: architecture lacks {exc.args[0]!r}") from None

@@ -51,11 +51,8 @@ FIXED_VALUES: dict[str, float] = {
     # Legacy client-server round trip (the rework applies a fixed factor): the GDP-Val
     # totals hardly constrain it (rank check), so an assumption.
     "transport:legacy:round_trip": 0.2,
-    # Speculative decoding: tokens per step multiplier when it is on. Published GPU gains
-    # are 1.9x-3.5x; on wafers every speed published since 2024-10 has it on, so the
-    # data cannot separate it from t_layer: a prior, not fitted.
-    "wafer:speculative_multiplier": 2.0,
-    "gpu:speculative_multiplier": 2.0,
+    # Speculative decoding is no parameter: its gain follows from the method's published
+    # acceptance and draft length and the hardware's step costs (simengine.speculative).
     # Wafer-to-wafer hop latency (physical: 0.1-5 us; the CS-3 system I/O), plus the
     # activations over 150 GB/s; and the per-token fixed cost (LM head, sampling).
     "wafer:t_link": 1.0e-6,
@@ -87,6 +84,7 @@ DEFAULT_SOFTWARE: dict[str, str] = {
     "h100": "2026.08",
     "h200": "2026.08",
     "b200": "2026.08",
+    "gb200-nvl72": "2026.08",
 }
 
 

@@ -1,5 +1,10 @@
 """Performance model: per-token decode, prefill, TTFT, transport, and agent tasks.
 
+By concern: :mod:`simengine.kv` (KV capacity, batch caps, chunked prefill and its
+interference), :mod:`simengine.parallel` (tensor-parallel all-reduces, pipeline and
+wafer hops); this module serves a deployment and predicts (``predict``,
+``serving_point``, the memoised service profiles the router reads).
+
 GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
 binds) plus all-reduce collectives and a fixed per-step overhead. Serving is continuous
 batching: the decode batch is the number of streams in flight on the replica (the
@@ -7,11 +12,13 @@ load times the tier's batch cap; the cap alone when no load is given), co-batche
 streams hold the workload's own context, and every other stream's prefill stalls the
 decode steps it shares (chunked-prefill interference), so per-stream speed falls and
 replica throughput rises as concurrency grows. MoE: distinct experts touched by the
-batch. Wafers are latency-bound, not bandwidth-bound: per-token time is
-sum over layers (t_layer + active bytes on the wafer / (SRAM BW eta_sram)) + (P - 1)
-t_hop + t_fixed, divided by the speculative-decoding multiplier when it is on; t_layer
-is calibrated per software version, t_hop is physical (link latency + activation
-transfer, about a microsecond).
+batch (:mod:`simengine.moe`; expert parallelism adds its all-to-all). Wafers are
+latency-bound, not bandwidth-bound: per-token time is sum over layers (t_layer + active
+bytes on the wafer / (SRAM BW eta_sram)) + (P - 1) t_hop (+ two expert hops per MoE
+layer when an MoE spans wafers) + t_fixed; t_layer is calibrated per software version,
+t_hop is physical (link latency + activation transfer, about a microsecond).
+Speculative decoding (:mod:`simengine.speculative`): a verify step of k + 1 tokens per
+stream plus the drafter's passes, over the expected tokens per step.
 
 An agent task is a sequence of turns; per turn: wait + transport round trip + TTFT
 (server overhead + prefill of the uncached tokens + first step) + decode + the agent's
@@ -36,10 +43,27 @@ import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HardwareProfile
+from .kv import batch_at, chunk_count, interference
 from .model import HashOnce, ModelSpec, hash_once
+from .moe import (
+    compute_peak,
+    moe_collectives_seconds,
+    step_active_params,
+    step_weight_bytes,
+    wafer_expert_hops,
+)
+from .parallel import pipeline_hops_seconds, wafer_hop_seconds
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import Placement, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
+from .speculative import (
+    PRODUCTION_METHOD,
+    Speculation,
+    drafter_shape,
+    gpu_drafter_seconds,
+    method_default,
+    wafer_drafter_seconds,
+)
 
 TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
@@ -63,8 +87,9 @@ class Deployment(HashOnce):
     ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
     ``software`` picks the calibrated parameter version (default: the device's current
     one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed;
-    ``speculative`` turns on speculative decoding (the ``<kind>:speculative_multiplier``
-    on tokens per step).
+    ``speculative``: False, True (the hardware's production method) or a
+    :class:`~simengine.speculative.Speculation`. ``expert_parallel``: GPUs over which an
+    MoE's experts are split (all-to-all per MoE layer; 1 = tensor-split experts).
     """
 
     device: str
@@ -73,11 +98,13 @@ class Deployment(HashOnce):
     transport: str = "reworked"
     software: str | None = None
     nodes_per_replica: int | None = None
-    speculative: bool = False
+    speculative: bool | Speculation = False
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
         _positive_int(self.nodes, "nodes", 1)
+        _positive_int(self.expert_parallel, "expert_parallel", 1)
         if self.tier not in TIERS:
             raise SimEngineError(f"unknown tier {self.tier!r}; known: {list(TIERS)}")
         if self.transport not in TRANSPORTS:
@@ -261,22 +288,13 @@ class _Knobs:
     allreduce_base: float
     activation_bytes: float
     step_overhead: float
-    speculative: float  # tokens-per-step multiplier (1 without speculative decoding)
+    speculation: Speculation | None  # speculative decoding (None: off)
     tier_batch: float | None  # GPUs: the tier's batch cap
     chunk_tokens: float | None  # GPUs: chunked-prefill chunk
     wafer_pass: float  # wafers: one token through the pipeline
     wafer_fixed: float
-
-
-def _allreduce(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
-    # GenZ: 5 us + 2(N-1) t_link + 2(N-1)(D/N)/BW_link.
-    if group <= 1:
-        return 0.0
-    return (
-        base
-        + 2 * (group - 1) * hw.link_latency
-        + 2 * (group - 1) * (size_bytes / group) / hw.link_bandwidth
-    )
+    wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
+    wafer_draft: float = 0.0  # wafers: one drafter pass
 
 
 def decode_step_seconds(
@@ -292,13 +310,17 @@ def decode_step_seconds(
     eta_flop: float = 1.0,
     allreduce_base: float = 0.0,
     activation_bytes: float = 2.0,
+    tokens_per_stream: int = 1,
+    expert_parallel: int = 1,
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
     bytes = (weights touched by the batch + KV of every stream) / TP;
     FLOPs = (2 N_active B + 4 L d sum(contexts)) / TP; step = max(memory, compute)
-    + per-layer all-reduces + pipeline hops. With eta = 1 and TP = 1 this is the
-    bandwidth ceiling.
+    + per-layer all-reduces (or the experts' all-to-all) + pipeline hops. With eta = 1
+    and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
+    speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
+    k + 1 times).
     """
     line = _decode_step_line(
         model,
@@ -311,6 +333,8 @@ def decode_step_seconds(
         eta_flop=eta_flop,
         allreduce_base=allreduce_base,
         activation_bytes=activation_bytes,
+        tokens_per_stream=tokens_per_stream,
+        expert_parallel=expert_parallel,
     )
     return line.at(context_tokens)
 
@@ -399,28 +423,34 @@ def _decode_step_line(
     eta_flop: float,
     allreduce_base: float,
     activation_bytes: float,
+    tokens_per_stream: int = 1,
+    expert_parallel: int = 1,
 ) -> _StepLine:
     others_in_kv = (batch - 1) * other_context_tokens
-    mem_rate = tensor_parallel * hw.memory_bandwidth * eta_mem
-    flop_rate = tensor_parallel * hw.peak_flops(model.bytes_per_param) * eta_flop
-    attn = 4 * model.layers * model.hidden_size
-    act = batch * model.hidden_size * activation_bytes
-    t_comm = 2 * model.layers * _allreduce(hw, act, tensor_parallel, allreduce_base)
-    t_comm += (pipeline_stages - 1) * (hw.scaleout_latency + act / hw.scaleout_bandwidth)
+    tokens = batch * tokens_per_stream
+    tp, ep = tensor_parallel, expert_parallel
+    mem_rate = tp * hw.memory_bandwidth * eta_mem
+    flop_rate = tp * compute_peak(model, hw) * eta_flop
+    attn = 4 * model.layers * model.hidden_size * tokens_per_stream
+    act = tokens * model.hidden_size * activation_bytes
+    t_comm = moe_collectives_seconds(model, hw, tokens, tp, ep, allreduce_base, activation_bytes)
+    t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
+    weights = step_weight_bytes(model, tokens, tp, ep)
     return _StepLine(
-        mem0=(model.decode_weight_bytes(batch) + model.kv_bytes(others_in_kv)) / mem_rate,
+        mem0=(weights + model.kv_bytes(others_in_kv)) / mem_rate,
         mem1=model.kv_bytes_per_token / mem_rate,
-        flop0=(2 * model.active_params_decode * batch + attn * others_in_kv) / flop_rate,
+        flop0=(2 * step_active_params(model, tp, ep) * tokens + attn * others_in_kv) / flop_rate,
         flop1=attn / flop_rate,
         fixed=t_comm,
     )
 
 
 def _wafer_hop(s: _Served) -> float:
-    # Physical wafer-to-wafer hop: link latency + one token's activations over the I/O.
-    return (
-        s.params.get("wafer:t_link")
-        + s.model.hidden_size * s.params.get("activation_bytes") / s.hw.link_bandwidth
+    return wafer_hop_seconds(
+        s.params.get("wafer:t_link"),
+        s.model.hidden_size,
+        s.params.get("activation_bytes"),
+        s.hw.link_bandwidth,
     )
 
 
@@ -437,14 +467,56 @@ def _wafer_pass(s: _Served) -> float:
     eff_bw = s.hw.memory_bandwidth * s.p("eta_sram")
     packed = max(placement(m, s.hw.key, context_tokens=place.context_tokens).layers_per_stage)
     per_layer = s.p("t_layer") + active_fraction * packed * layer_bytes / eff_bw
-    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s)
+    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s) + _wafer_moe(s)
+
+
+def _wafer_moe(s: _Served) -> float:
+    # An MoE spanning several wafers has each layer's experts on other wafers than the
+    # token: two hops per MoE layer with k x hidden activations (simengine.moe).
+    m = s.model
+    if not m.is_moe or s.place.pipeline_stages <= 1:
+        return 0.0
+    return wafer_expert_hops(
+        m.layers,
+        m.expert_layout[1],
+        m.hidden_size,
+        s.params.get("activation_bytes"),
+        hop_latency=s.params.get("wafer:t_link"),
+        link_bandwidth=s.hw.link_bandwidth,
+    )
+
+
+def _speculation(s: _Served) -> Speculation | None:
+    spec = s.deployment.speculative
+    if spec is True:
+        return method_default(PRODUCTION_METHOD[s.hw.kind])
+    return spec or None
+
+
+def _wafer_speculative(s: _Served, spec: Speculation | None) -> tuple[float, float]:
+    # (extra time of a verify pass: the k draft tokens' FLOPs on the busiest wafer at
+    # the wafer's prefill rate; one drafter pass).
+    if spec is None:
+        return 0.0, 0.0
+    m = s.model
+    share = max(s.place.layers_per_stage) / m.layers
+    extra = (spec.draft_tokens * 2 * m.active_params_decode * share
+             / (compute_peak(m, s.hw) * s.params.get("wafer:eta_flop")))  # fmt: skip
+    draft = wafer_drafter_seconds(
+        drafter_shape(spec, m.layers),
+        layers=m.layers,
+        t_layer=s.p("t_layer"),
+        active_bytes=m.decode_weight_bytes(1),
+        sram_rate=s.hw.memory_bandwidth * s.p("eta_sram"),
+    )
+    return extra, draft
 
 
 def _knobs(s: _Served) -> _Knobs:
     # Looked up in the order the formulas first need them (the first missing one is
     # the error).
     get, gpu = s.params.get, s.hw.kind == "gpu"
-    spec = get(f"{s.hw.kind}:speculative_multiplier") if s.deployment.speculative else 1.0
+    spec = _speculation(s)
     if gpu:
         return _Knobs(
             eta_mem=s.p("eta_mem"),
@@ -452,23 +524,26 @@ def _knobs(s: _Served) -> _Knobs:
             allreduce_base=get("gpu:allreduce_base"),
             activation_bytes=get("activation_bytes"),
             step_overhead=get("gpu:step_overhead"),
-            speculative=spec,
+            speculation=spec,
             tier_batch=get(f"tier:{s.deployment.tier}:batch"),
             chunk_tokens=get("gpu:prefill_chunk_tokens"),
             wafer_pass=0.0,
             wafer_fixed=0.0,
         )
+    verify_extra, draft = _wafer_speculative(s, spec)
     return _Knobs(
         eta_mem=0.0,
         eta_flop=get("wafer:eta_flop"),
         allreduce_base=0.0,
         activation_bytes=get("activation_bytes"),
         step_overhead=0.0,
-        speculative=spec,
+        speculation=spec,
         tier_batch=None,
         chunk_tokens=None,
         wafer_pass=_wafer_pass(s),
         wafer_fixed=get("wafer:t_fixed"),
+        wafer_verify_extra=verify_extra,
+        wafer_draft=draft,
     )
 
 
@@ -483,17 +558,24 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
     # decode batch of ``batch`` streams each holding ``other_context`` (GPUs; a wafer's
     # line depends on neither).
     k = s.knobs
-    spec = k.speculative
+    spec = k.speculation
+    per_step = spec.tokens_per_step if spec is not None else 1.0
     if s.hw.kind == "wafer":
         # SRAM streaming floor: tiny (us) but it keeps longer contexts never faster.
-        bw = s.hw.memory_bandwidth * spec
-        fixed = (k.wafer_pass + k.wafer_fixed) / spec
+        # Speculative: a verify pass (the pass + the draft tokens' compute) and the
+        # drafter's passes yield E[tokens] tokens.
+        bw = s.hw.memory_bandwidth * per_step
+        step = k.wafer_pass + k.wafer_fixed
+        if spec is not None:
+            passes = drafter_shape(spec, s.model.layers).passes
+            step += k.wafer_verify_extra + passes * k.wafer_draft
         mem0 = s.model.decode_weight_bytes(1) / bw
-        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, fixed)
+        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
+    b = float(batch or 1)
     line = _decode_step_line(
         s.model,
         s.hw,
-        batch=float(batch or 1),
+        batch=b,
         other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=s.place.pipeline_stages,
@@ -501,10 +583,36 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         eta_flop=k.eta_flop,
         allreduce_base=k.allreduce_base,
         activation_bytes=k.activation_bytes,
+        tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
+        expert_parallel=s.deployment.expert_parallel,
     )
     fixed = line.fixed + k.step_overhead
-    return _StepLine(line.mem0 / spec, line.mem1 / spec, line.flop0 / spec, line.flop1 / spec,
-                     fixed / spec)  # fmt: skip
+    if spec is None:
+        return _StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed)
+    fixed += _gpu_drafting(s, line, b, other_context, spec)
+    return _StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
+                     line.flop1 / per_step, fixed / per_step)  # fmt: skip
+
+
+def _gpu_drafting(
+    s: _Served, line: _StepLine, batch: float, context: float, spec: Speculation
+) -> float:
+    # The drafter's passes per verify step for ``batch`` streams at ``context`` tokens.
+    m, k = s.model, s.knobs
+    shape = drafter_shape(spec, m.layers)
+    tp = s.place.tensor_parallel or 1
+    one = gpu_drafter_seconds(
+        shape,
+        active_params=m.active_params_decode,
+        bytes_per_param=m.attention_bytes_per_param,
+        batch=batch,
+        kv_bytes=m.kv_bytes(batch * context),
+        attention_flops=4 * m.layers * m.hidden_size * batch * context,
+        mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
+        flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
+        fixed=line.fixed + k.step_overhead,
+    )
+    return shape.passes * one
 
 
 def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
@@ -512,12 +620,10 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
         return None, None
-    # KV capacity caps the batch at the context the streams actually hold (and at the
-    # planning context); fractional batches are allowed so the fit is smooth.
     place = s.place
-    kv_streams = min(place.kv_tokens_per_replica / max(context, 1.0), place.streams_per_replica)
-    cap = max(1.0, min(s.knobs.tier_batch, kv_streams))
-    return (cap if batch is None else max(1.0, min(float(batch), cap))), cap
+    return batch_at(
+        place.kv_tokens_per_replica, place.streams_per_replica, s.knobs.tier_batch, batch, context
+    )
 
 
 def _token_seconds(s: _Served, context):
@@ -533,22 +639,20 @@ def _prefill_seconds(s: _Served, new, cached):
     flops = 2 * m.active_params_prefill * new + 2 * m.layers * m.hidden_size * (
         new * new + 2 * new * cached
     )
-    peak = s.hw.peak_flops(m.bytes_per_param)
+    peak = compute_peak(m, s.hw)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
         share = max(s.place.layers_per_stage) / m.layers
         return flops * share / (peak * k.eta_flop) + k.wafer_pass
-    tp = s.place.tensor_parallel or 1
+    tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
     t_flop = flops / (tp * peak * k.eta_flop)
-    t_mem = (m.decode_weight_bytes(new) + m.kv_bytes(cached + new)) / (
+    t_mem = (step_weight_bytes(m, new, tp, ep) + m.kv_bytes(cached + new)) / (
         tp * s.hw.memory_bandwidth * k.eta_mem
     )
     act = new * m.hidden_size * k.activation_bytes
-    t_comm = 2 * m.layers * _allreduce(s.hw, act, tp, k.allreduce_base)
-    t_comm += (s.place.pipeline_stages - 1) * (
-        s.hw.scaleout_latency + act / s.hw.scaleout_bandwidth
-    )
+    t_comm = moe_collectives_seconds(m, s.hw, new, tp, ep, k.allreduce_base, k.activation_bytes)
+    t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
     if isinstance(new, np.ndarray):
         return np.maximum(t_flop, t_mem) + t_comm
     return max(t_flop, t_mem) + t_comm
@@ -632,28 +736,17 @@ def _split(total: int, parts: int) -> np.ndarray:
     return shares
 
 
-def _chunk_count(tokens, chunk_tokens: float | None):
-    # Chunked prefill: a prompt rides this many decode steps (GPUs; wafers stream it:
-    # ``chunk_tokens`` None). ``tokens``: a number or an array.
-    if chunk_tokens is None:
-        return 1 if not isinstance(tokens, np.ndarray) else np.ones_like(tokens)
-    if isinstance(tokens, np.ndarray):
-        return np.maximum(1.0, np.ceil(tokens / chunk_tokens))
-    return max(1, math.ceil(tokens / chunk_tokens))
-
-
 def _chunks(s: _Served, tokens: int) -> int:
-    return _chunk_count(tokens, s.knobs.chunk_tokens)
+    return chunk_count(tokens, s.knobs.chunk_tokens)
 
 
 def _interference(
     s: _Served, batch: float | None, mean_prefill: float, mean_output: float
 ) -> float:
-    # Chunked-prefill interference: the other (B - 1) streams' prefills share the decode
-    # steps, each taking its prefill time once per request of ``mean_output`` tokens.
-    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
+    # Chunked-prefill interference (simengine.kv.interference); none on wafers.
+    if s.hw.kind != "gpu":
         return 0.0
-    return (batch - 1.0) * mean_prefill / mean_output
+    return interference(batch, mean_prefill, mean_output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,7 +785,7 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         new, cached = new_input, ctx - new_input
     else:
         new, cached = ctx, np.zeros(task.turns)
-    chunks = _chunk_count(new, chunk_tokens)
+    chunks = chunk_count(new, chunk_tokens)
     nodes, weights = _span_nodes(ctx + 1, out - 1)
     token_x = np.column_stack((ctx, *nodes))
     token_w = np.column_stack((np.ones(task.turns), *weights))
@@ -1169,7 +1262,7 @@ def serving_point(
     concurrency: int,
     input_tokens: int,
     output_tokens: int,
-    speculative: bool = False,
+    speculative: bool | Speculation = False,
     with_transport: bool = False,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> dict[str, float]:

@@ -63,6 +63,15 @@ def _wafer_stages(model: ModelSpec, hw: HardwareProfile, forced: int | None) -> 
     # stream's KV of those layers (weights stay resident, so nothing may spill).
     per_layer = (model.weight_bytes + model.kv_bytes(model.context_window)) / model.layers
     per_wafer = math.floor(hw.usable_memory_bytes / per_layer)
+    if per_wafer < 1 and model.is_moe:
+        # A mixture of experts whose layer outgrows a wafer spreads each layer's experts
+        # over wafers (the engine charges the cross-wafer expert hops, simengine.moe).
+        needed = math.ceil(model.layers * per_layer / hw.usable_memory_bytes)
+        if forced is not None and forced < needed:
+            raise SimEngineError(
+                f"{model.name} needs at least {needed} {hw.key} wafers per replica, got {forced}"
+            )
+        return needed if forced is None else forced
     if per_wafer < 1:
         raise SimEngineError(
             f"{model.name}: one layer needs {per_layer / 1e9:.1f} GB (weights + KV for the "

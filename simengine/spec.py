@@ -10,6 +10,13 @@ out, the way NIM/vLLM/TensorRT-LLM benchmarks are run)::
      "hardware": "h100", "devices": 2, "tensor_parallel": 2, "concurrency": 1,
      "input_tokens": 1000, "output_tokens": 500, "speculative": false}
 
+A mixture of experts states its experts (``experts``, ``experts_per_token``,
+``shared_experts``) and may give each component its own dtype (``attention_dtype``,
+``expert_dtype``, ``kv_dtype``); ``expert_parallel`` splits the experts over GPUs
+(:mod:`simengine.moe`). ``speculative`` is false, true (the hardware's production
+method) or ``{"method", "draft_tokens", "acceptance"}`` (:mod:`simengine.speculative`);
+omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
+
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
 error is a :class:`SimEngineError` with a one-line message naming the field.
@@ -24,8 +31,10 @@ from typing import Any
 from .errors import SimEngineError
 from .hardware import HARDWARE
 from .model import ModelSpec, kv_bytes_per_token
+from .moe import expert_sizes
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import Deployment, serving_point
+from .speculative import production_default, resolve
 
 # Bytes per value of the data types a spec may name.
 DTYPE_BYTES: dict[str, float] = {
@@ -36,21 +45,32 @@ DTYPE_BYTES: dict[str, float] = {
     "int8": 1.0,
     "fp4": 0.5,
     "mxfp4": 0.5,
+    "nvfp4": 0.5,
     "int4": 0.5,
 }
 # ``hardware`` names accepted in a spec -> engine device keys.
-SPEC_HARDWARE: dict[str, str] = {"h100": "h100", "h200": "h200", "b200": "b200", "cs-3": "wse-3"}
+SPEC_HARDWARE: dict[str, str] = {
+    "h100": "h100",
+    "h200": "h200",
+    "b200": "b200",
+    "gb200-nvl72": "gb200-nvl72",
+    "cs-3": "wse-3",
+}
 
 # Top-level fields and their defaults (None = required, or derived as noted).
 SPEC_DEFAULTS: dict[str, Any] = {
     "model": None,  # required: see MODEL_DEFAULTS
-    "hardware": None,  # required: h100 | h200 | b200 | cs-3
+    "hardware": None,  # required: h100 | h200 | b200 | gb200-nvl72 | cs-3
     "devices": None,  # default: the fewest that hold the model (GPUs: = tensor_parallel)
     "tensor_parallel": None,  # GPUs only; default = devices (or the smallest group that fits)
     "concurrency": 1,  # streams in flight on the replica (closed loop)
     "input_tokens": 1000,
     "output_tokens": 500,
-    "speculative": False,  # speculative decoding (wafers: the fitted multiplier)
+    # false | true | {"method", "draft_tokens", "acceptance"}; omitted: the hardware's
+    # production default (cs-3: the draft-model method from the 2024.10 software on;
+    # GPUs: off). See simengine/speculative.py for the methods and their sources.
+    "speculative": None,
+    "expert_parallel": 1,  # GPUs, MoE: experts split over this many GPUs (all-to-all)
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -64,7 +84,14 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "params_b": None,  # required, billions
     "active_params_b": None,  # default: params_b (dense)
     "dtype": "bf16",  # weights
+    "attention_dtype": None,  # non-expert weights (attention, embeddings); default: dtype
+    "expert_dtype": None,  # expert weights (MoE); default: dtype
     "kv_dtype": None,  # KV cache; default: dtype
+    # Mixture of experts: routed experts (null: dense, or a 256/8 layout when
+    # active_params_b < params_b), routed experts per token, always-active shared experts.
+    "experts": None,
+    "experts_per_token": None,
+    "shared_experts": 0,
     "kv_bytes_per_token": None,  # a published compressed-cache size overrides the formula
     "context_window": None,  # default: max(8192, input_tokens + output_tokens)
 }
@@ -123,7 +150,10 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     if active > params * (1 + 1e-9):
         raise _err(f"model.active_params_b ({active / 1e9:g}) exceeds params_b ({params / 1e9:g})")
     bpp = _dtype(m, "dtype", "model.")
+    attn_b = bpp if m["attention_dtype"] is None else _dtype(m, "attention_dtype", "model.")
+    expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
     kv_b = bpp if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
+    experts, per_token, shared = _experts(m, params, active)
     if m["kv_bytes_per_token"] is None:
         kv = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
     else:
@@ -144,7 +174,38 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         bytes_per_param=bpp,
         kv_bytes_per_token=kv,
         context_window=window,
+        experts=experts,
+        experts_per_token=per_token,
+        shared_experts=shared,
+        attention_bytes=attn_b,
+        expert_bytes=expert_b,
     )
+
+
+def _experts(m: Mapping[str, Any], params: float, active: float) -> tuple[int, int, int]:
+    # (experts, experts_per_token, shared_experts) of a model object; (0, 0, 0) for a
+    # dense model or an MoE without stated experts (the engine's 256/8 layout).
+    if m["experts"] is None:
+        for key in ("experts_per_token",):
+            if m[key] is not None:
+                raise _err(f"model.{key} needs model.experts")
+        if m["shared_experts"]:
+            raise _err("model.shared_experts needs model.experts")
+        return 0, 0, 0
+    experts = _int(m, "experts", "model.", 2)
+    if m["experts_per_token"] is None:
+        raise _err("model.experts_per_token is required with model.experts")
+    per_token = _int(m, "experts_per_token", "model.")
+    shared = _int(m, "shared_experts", "model.", 0)
+    if per_token >= experts:
+        raise _err(f"model.experts_per_token ({per_token}) must be < model.experts ({experts})")
+    if active >= params * (1 - 1e-9):
+        raise _err("model.experts needs model.active_params_b < model.params_b")
+    try:
+        expert_sizes(params, active, experts, per_token, shared)
+    except SimEngineError as exc:
+        raise _err(f"model: {exc}") from None
+    return experts, per_token, shared
 
 
 def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
@@ -159,12 +220,18 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     concurrency = _int(s, "concurrency", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
-    if not isinstance(s["speculative"], bool):
-        raise _err(f"speculative must be true or false, got {s['speculative']!r}")
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
     if s["software"] is not None and not isinstance(s["software"], str):
         raise _err(f"software must be a version string, got {s['software']!r}")
+    try:
+        if s["speculative"] is None:
+            spec_dec = production_default(hw.kind, s["software"])
+        else:
+            spec_dec = resolve(s["speculative"], hw.kind)
+    except SimEngineError as exc:
+        raise _err(str(exc)) from None
+    ep = _int(s, "expert_parallel", "")
     model = model_from_spec(s["model"], tokens=inp + out)
     devices = None if s["devices"] is None else _int(s, "devices", "")
     tp = None if s["tensor_parallel"] is None else _int(s, "tensor_parallel", "")
@@ -178,6 +245,19 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         if tp is not None and devices is not None and devices % tp:
             raise _err(f"devices ({devices}) must be a multiple of tensor_parallel ({tp})")
         npr = devices if devices is not None else tp
+    if ep > 1:
+        if hw.kind == "wafer":
+            raise _err(
+                f"expert_parallel applies to GPUs only; cs-3 places experts itself (got {ep})"
+            )
+        if not model.is_moe:
+            raise _err(
+                f"expert_parallel ({ep}) needs a mixture of experts (active_params_b < params_b)"
+            )
+        if npr is None:
+            npr = ep
+        if npr % ep:
+            raise _err(f"devices ({npr}) must be a multiple of expert_parallel ({ep})")
     try:
         deployment = Deployment(
             device,
@@ -186,6 +266,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             "reworked" if s["transport"] == "none" else s["transport"],
             software=s["software"],
             nodes_per_replica=npr,
+            expert_parallel=ep,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None
@@ -193,7 +274,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "concurrency": concurrency,
         "input_tokens": inp,
         "output_tokens": out,
-        "speculative": s["speculative"],
+        "speculative": spec_dec or False,
         "transport": s["transport"],
     }
     if inp + out > model.context_window:
@@ -225,6 +306,7 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
             deployment.transport,
             software=deployment.software,
             nodes_per_replica=place.nodes_per_replica,
+            expert_parallel=deployment.expert_parallel,
         )
     point = serving_point(
         model,

@@ -1,0 +1,176 @@
+"""Mixture of experts: expert sizes, weight traffic per decode step, expert parallelism.
+
+Sizes (the spec's ``experts`` E, ``experts_per_token`` k, ``shared_experts`` S):
+every token uses the non-expert part N (attention, embeddings, dense layers), the S
+shared experts and k of the E routed experts, so with total T and active A::
+
+    T = N + (E + S) e,  A = N + (k + S) e   =>   e = (T - A) / (E - k),
+    N = T - (E + S) e.
+
+Decode weight traffic at a batch of B tokens: N + S e + the distinct routed experts
+the batch touches, E (1 - (1 - k/E)^B) e (uniform routing: an expert is idle only if
+none of the B tokens picks it), each part at its own dtype (``attention_dtype`` for N,
+``expert_dtype`` for the experts).
+
+Expert parallelism (GPUs, ``expert_parallel`` = P): the routed experts are split over P
+GPUs; every MoE layer sends each token's activations to its k experts (dispatch) and
+brings the results back (combine), two all-to-alls (DeepEP, DeepSeek-V3 sec. 3.4).
+With tokens spread over the P GPUs, each GPU sends (B / P) k hidden x activation bytes,
+of which (P - 1) / P leave the GPU, over NVLink inside one NVLink domain (8 GPUs on
+HGX, 72 on GB200 NVL72; DeepEP measures ~153 GB/s of H800's 160) and over the
+scale-out network beyond it (~43-47 GB/s of 50 per 400 Gb/s NIC): latency per
+collective plus bytes over the fabric, twice per MoE layer. The experts' weights and
+FLOPs are then read by max(TP, P) GPUs at once.
+
+Wafers: an MoE whose weights span more than one wafer has each layer's experts on
+other wafers than the tokens that need them (expert-parallel over the replica's
+wafers), so each MoE layer is no longer a local pass: the token's activations travel
+to the wafers holding its k experts and the results come back, two hops per MoE layer
+over the CS-3 I/O, each carrying k x hidden x activation bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import SimEngineError
+from .parallel import allreduce_seconds
+
+
+def expert_sizes(
+    total: float, active: float, experts: int, per_token: int, shared: int = 0
+) -> tuple[float, float]:
+    """(parameters per expert e, non-expert parameters N) from total and active counts."""
+    if not 0 < per_token < experts:
+        raise SimEngineError(f"need 0 < experts_per_token < experts, got {per_token} of {experts}")
+    if shared < 0:
+        raise SimEngineError(f"shared_experts must be >= 0, got {shared}")
+    per_expert = (total - active) / (experts - per_token)
+    non_expert = total - (experts + shared) * per_expert
+    if non_expert < -1e-9 * total:
+        raise SimEngineError(
+            f"active/total parameters are inconsistent with {per_token} of {experts} experts "
+            f"(+{shared} shared) active: the non-expert part would be negative"
+        )
+    return per_expert, max(non_expert, 0.0)
+
+
+def touched_fraction(share: float, tokens):
+    """Share of a layer's routed experts a batch of ``tokens`` touches when each token
+    picks ``share`` = k/E of them at random: 1 - (1 - k/E)^B, B at least 1 (an expert is
+    idle only if no token picks it). ``tokens``: a number or an array."""
+    b = np.maximum(tokens, 1.0) if isinstance(tokens, np.ndarray) else max(tokens, 1.0)
+    return 1.0 - (1.0 - share) ** b
+
+
+def experts_touched(experts: int, per_token: int, tokens):
+    """Expected distinct routed experts a batch of ``tokens`` touches in one layer:
+    E (1 - (1 - k/E)^B) (a number or an array)."""
+    return experts * touched_fraction(per_token / experts, tokens)
+
+
+def all_to_all_seconds(
+    tokens: float,
+    per_token: int,
+    hidden: int,
+    activation_bytes: float,
+    group: int,
+    *,
+    latency: float,
+    bandwidth: float,
+    base: float,
+) -> float:
+    """Dispatch + combine of one MoE layer over an expert-parallel group of ``group``.
+
+    Each of the two all-to-alls: ``base`` (launch) + ``latency`` (the fabric's) +
+    the bytes one GPU sends, (tokens / group) k hidden activation_bytes (group - 1) /
+    group, over ``bandwidth``. Zero for a group of one.
+    """
+    if group <= 1:
+        return 0.0
+    sent = (tokens / group) * per_token * hidden * activation_bytes * (group - 1) / group
+    return 2.0 * (base + latency + sent / bandwidth)
+
+
+def wafer_expert_hops(
+    moe_layers: int,
+    per_token: int,
+    hidden: int,
+    activation_bytes: float,
+    *,
+    hop_latency: float,
+    link_bandwidth: float,
+) -> float:
+    """Seconds per token of the cross-wafer expert traffic of an MoE spread over wafers:
+    per MoE layer two hops (to the wafers holding the k chosen experts and back), each
+    carrying k x hidden x activation bytes over the wafer's I/O."""
+    per_hop = hop_latency + per_token * hidden * activation_bytes / link_bandwidth
+    return moe_layers * 2.0 * per_hop
+
+
+def compute_peak(model, hw) -> float:
+    """Dense peak FLOP/s for a token's active parameters at their dtypes: the non-expert
+    and expert shares of the active parameters each at the tensor-core rate of their
+    bytes (FP4 experts run at Blackwell's 4-bit rate, BF16 attention at the 16-bit
+    rate), combined as the time they take (a harmonic mean weighted by FLOPs)."""
+    non_expert, expert = model.active_split
+    peak_a = hw.peak_flops(model.attention_bytes_per_param)
+    if not expert or model.expert_bytes_per_param == model.attention_bytes_per_param:
+        return peak_a
+    peak_e = hw.peak_flops(model.expert_bytes_per_param)
+    return (non_expert + expert) / (non_expert / peak_a + expert / peak_e)
+
+
+def expert_share(model, tensor_parallel: int, expert_parallel: int) -> float:
+    """How much of the experts' weight traffic and FLOPs one tensor-parallel group's
+    rate carries: experts split over max(TP, EP) GPUs run TP / max(TP, EP) as long."""
+    if expert_parallel <= 1 or not model.is_moe:
+        return 1.0
+    return tensor_parallel / max(tensor_parallel, expert_parallel)
+
+
+def step_weight_bytes(model, tokens, tensor_parallel: int = 1, expert_parallel: int = 1):
+    """Weight bytes a step of ``tokens`` tokens reads, expressed at the tensor-parallel
+    group's rate (experts spread wider by expert parallelism count for less)."""
+    share = expert_share(model, tensor_parallel, expert_parallel)
+    if share == 1.0:
+        return model.decode_weight_bytes(tokens)
+    return model.decode_weight_bytes(tokens) - (1.0 - share) * model.expert_weight_bytes(tokens)
+
+
+def step_active_params(model, tensor_parallel: int = 1, expert_parallel: int = 1) -> float:
+    """Active parameters per token at the tensor-parallel group's rate (see above)."""
+    non_expert, expert = model.active_split
+    return non_expert + expert * expert_share(model, tensor_parallel, expert_parallel)
+
+
+def moe_collectives_seconds(
+    model,
+    hw,
+    tokens,
+    tensor_parallel: int,
+    expert_parallel: int,
+    base: float,
+    activation_bytes: float,
+):
+    """Collectives of one step over all layers (``tokens``: a number or an array):
+    tensor parallelism all-reduces twice per layer (attention and MLP/experts outputs,
+    :func:`simengine.parallel.allreduce_seconds`); with expert parallelism the experts'
+    all-reduce becomes a dispatch + combine all-to-all over the EP group, on NVLink
+    when the group fits the NVLink domain, else over the scale-out network."""
+    act = tokens * model.hidden_size * activation_bytes
+    ar = allreduce_seconds(hw, act, tensor_parallel, base)
+    if expert_parallel <= 1 or not model.is_moe:
+        return 2 * model.layers * ar
+    on_nvlink = expert_parallel <= hw.max_tensor_parallel
+    a2a = all_to_all_seconds(
+        tokens,
+        model.expert_layout[1],
+        model.hidden_size,
+        activation_bytes,
+        expert_parallel,
+        latency=hw.link_latency if on_nvlink else hw.scaleout_latency,
+        bandwidth=hw.link_bandwidth if on_nvlink else hw.scaleout_bandwidth,
+        base=base,
+    )
+    return model.layers * (ar + a2a)
