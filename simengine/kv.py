@@ -4,7 +4,8 @@ Pure functions of sizes and parameters (no engine state), used by
 :mod:`simengine.perf`:
 
 * :func:`batch_at` - the decode batch of a GPU replica: the streams asked for, capped
-  by the tier's batch cap and by what the free KV memory holds;
+  by the server's batch cap and by what the free KV memory holds, each stream holding
+  only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
 * :func:`chunk_count` - chunked prefill: the decode steps a prompt rides;
 * :func:`interference` - the other streams' prefills sharing the decode steps.
 """
@@ -15,26 +16,48 @@ import math
 
 import numpy as np
 
+# Paged KV (Kwon et al., "Efficient Memory Management for Large Language Model Serving
+# with PagedAttention", SOSP 2023; vLLM, TensorRT-LLM and SGLang all page the cache): a
+# request holds KV only for the tokens it has so far, in fixed-size pages, so the waste
+# is the unfilled part of its last page. vLLM's default block size is 16 tokens.
+KV_PAGE_TOKENS = 16
+# Production cap on sequences in one scheduler step on a GPU server: vLLM's
+# ``max_num_seqs`` default (256) and ``trtllm-serve --max_batch_size`` default (256,
+# PyTorch backend). A spec's ``max_batch_size`` overrides it.
+DEFAULT_MAX_BATCH_SIZE = 256
 
-def kv_streams(kv_tokens_per_replica: float, streams_per_replica: int, context: float) -> float:
-    """Streams the free KV memory holds when each holds ``context`` tokens (and at most
-    the streams planned at the planning context); fractional, so the fit is smooth."""
-    return min(kv_tokens_per_replica / max(context, 1.0), streams_per_replica)
+
+def held_tokens(context: float) -> float:
+    """KV tokens a stream holds on average when its context is ``context`` tokens:
+    the tokens themselves plus, on average, half a page of rounding (paged KV)."""
+    return context + KV_PAGE_TOKENS / 2.0
+
+
+def mean_context(input_tokens: float, output_tokens: float) -> float:
+    """Mean context of a request over its life under continuous batching: the prompt
+    plus half the output (streams are at every point of their decode, uniformly)."""
+    return input_tokens + output_tokens / 2.0
+
+
+def kv_streams(kv_tokens_per_replica: float, context: float) -> float:
+    """Streams the free KV memory holds when each holds ``context`` tokens (paged:
+    the tokens held, not a planning window); fractional, so the fit is smooth."""
+    return kv_tokens_per_replica / held_tokens(max(context, 1.0))
 
 
 def batch_at(
     kv_tokens_per_replica: float,
-    streams_per_replica: int,
     tier_batch: float,
     batch: float | None,
     context: float,
 ) -> tuple[float, float]:
     """(decode batch, batch cap) of a GPU replica whose streams hold ``context`` tokens.
 
-    The cap is the tier's batch cap, limited by the KV capacity; ``batch`` None means
+    The cap is the server's batch cap (a tier's cap, or a benchmark's concurrency /
+    ``max_batch_size``), limited by what the paged KV cache holds; ``batch`` None means
     the cap (full load), otherwise it is clamped to [1, cap].
     """
-    cap = max(1.0, min(tier_batch, kv_streams(kv_tokens_per_replica, streams_per_replica, context)))
+    cap = max(1.0, min(tier_batch, kv_streams(kv_tokens_per_replica, context)))
     return (cap if batch is None else max(1.0, min(float(batch), cap))), cap
 
 

@@ -10,10 +10,13 @@ prefill formulas in :mod:`simengine.perf`.
 * Pipeline stages: a token's activations cross ``stages - 1`` stage boundaries over the
   scale-out fabric (latency + activations / bandwidth) on GPUs, and ``stages - 1``
   wafer-to-wafer links on wafers (link latency + one token's activations over the I/O).
+* Pipeline micro-batches and the bubble (:func:`pipeline_microbatch`): GPU stages over
+  layers decode up to ``stages`` micro-batches at once.
 """
 
 from __future__ import annotations
 
+from .errors import SimEngineError
 from .hardware import HardwareProfile
 
 
@@ -53,3 +56,43 @@ def wafer_hop_seconds(
 ) -> float:
     """Physical wafer-to-wafer hop: link latency + one token's activations over the I/O."""
     return t_link + hidden_size * activation_bytes / link_bandwidth
+
+
+def pipeline_microbatch(batch: float, stages: int) -> float:
+    """Streams per micro-batch of a GPU pipeline decoding ``batch`` streams.
+
+    Pipeline-parallel serving (vLLM's pipeline_parallel_size: one virtual engine per
+    stage; TensorRT-LLM's pp_size) keeps up to ``stages`` micro-batches in flight, so
+    the batch splits into m = min(batch, stages) micro-batches. A stream's token still
+    crosses every stage in turn: per token, each stage reads its weights and the KV of
+    one micro-batch, i.e. (weights + KV(batch / m)) / (TP x bandwidth) summed over the
+    stages, plus the hops. With fewer streams than stages (m = batch < stages) the other
+    stages idle: the pipeline bubble, 1 - m / stages of the GPUs' time.
+    """
+    return batch / min(batch, float(stages)) if stages > 1 else batch
+
+
+def pipeline_bubble(batch: float, stages: int) -> float:
+    """Share of a pipeline's GPU time idle at ``batch`` streams (0 when
+    ``batch >= stages``): the bubble of :func:`pipeline_microbatch`."""
+    return max(0.0, 1.0 - min(batch, float(stages)) / stages)
+
+
+def split_pipeline(
+    nodes_per_replica: int, pipeline_parallel: int, max_tensor_parallel: int
+) -> tuple[int, int]:
+    """(tensor_parallel, pipeline stages) of ``nodes_per_replica`` GPUs split into
+    ``pipeline_parallel`` stages (devices = TP x PP); SimEngineError when it does not
+    divide or the TP group exceeds the NVLink domain."""
+    if pipeline_parallel < 1 or nodes_per_replica % pipeline_parallel:
+        raise SimEngineError(
+            f"devices ({nodes_per_replica}) must be a multiple of pipeline_parallel "
+            f"({pipeline_parallel})"
+        )
+    tp = nodes_per_replica // pipeline_parallel
+    if tp > max_tensor_parallel:
+        raise SimEngineError(
+            f"tensor_parallel {tp} (= devices / pipeline_parallel) exceeds the NVLink domain "
+            f"({max_tensor_parallel})"
+        )
+    return tp, pipeline_parallel

@@ -34,9 +34,9 @@ FIXED_VALUES: dict[str, float] = {
     "gpu:allreduce_base": 5e-6,
     # Activations crossing links (pipeline hops, all-reduce) are BF16.
     "activation_bytes": 2.0,
-    # Context per stream at which a GPU replica's KV capacity (how many streams it can
-    # hold) is planned; the context co-batched streams actually hold comes from the
-    # workload, not from this.
+    # Context per stream at which placement plans a replica's stream capacity (wafers:
+    # with their pipeline slots) and token_speed's co-batched context. A GPU batch is
+    # capped by the KV the streams actually hold (paged KV, simengine.kv), not by this.
     "batch_context_tokens": 8192.0,
     # Fixed time of every GPU decode step outside the roofline: scheduling, sampling,
     # kernel launches (vLLM / TensorRT-LLM profiles show a few ms). Assumption; chosen

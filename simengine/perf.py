@@ -8,8 +8,9 @@ wafer hops); this module serves a deployment and predicts (``predict``,
 GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
 binds) plus all-reduce collectives and a fixed per-step overhead. Serving is continuous
 batching: the decode batch is the number of streams in flight on the replica (the
-load times the tier's batch cap; the cap alone when no load is given), co-batched
-streams hold the workload's own context, and every other stream's prefill stalls the
+load times the tier's batch cap; the cap alone when no load is given; the cap limited
+by what the paged KV cache holds), co-batched streams hold the workload's own context
+(pipeline stages decode micro-batches of it), and every other stream's prefill stalls the
 decode steps it shares (chunked-prefill interference), so per-stream speed falls and
 replica throughput rises as concurrency grows. MoE: distinct experts touched by the
 batch (:mod:`simengine.moe`; expert parallelism adds its all-to-all). Wafers are
@@ -35,12 +36,14 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from . import kv
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .kv import batch_at, chunk_count, interference
@@ -52,9 +55,14 @@ from .moe import (
     step_weight_bytes,
     wafer_expert_hops,
 )
-from .parallel import pipeline_hops_seconds, wafer_hop_seconds
+from .parallel import (
+    pipeline_hops_seconds,
+    pipeline_microbatch,
+    split_pipeline,
+    wafer_hop_seconds,
+)
 from .params import DEFAULT_PARAMS, EngineParams
-from .placement import Placement, placement, resolve_device
+from .placement import Placement, _split_layers, placement, resolve_device
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
 from .speculative import (
     PRODUCTION_METHOD,
@@ -90,6 +98,9 @@ class Deployment(HashOnce):
     ``speculative``: False, True (the hardware's production method) or a
     :class:`~simengine.speculative.Speculation`. ``expert_parallel``: GPUs over which an
     MoE's experts are split (all-to-all per MoE layer; 1 = tensor-split experts).
+    ``pipeline_parallel`` (GPUs) splits ``nodes_per_replica`` into that many stages over
+    layers, tensor parallel within each (devices = TP x PP); None: placement's layout
+    (pipeline stages only beyond one NVLink domain).
     """
 
     device: str
@@ -100,9 +111,12 @@ class Deployment(HashOnce):
     nodes_per_replica: int | None = None
     speculative: bool | Speculation = False
     expert_parallel: int = 1
+    pipeline_parallel: int | None = None
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
+        if self.pipeline_parallel is not None:
+            _positive_int(self.pipeline_parallel, "pipeline_parallel", 1)
         _positive_int(self.nodes, "nodes", 1)
         _positive_int(self.expert_parallel, "expert_parallel", 1)
         if self.tier not in TIERS:
@@ -572,13 +586,15 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         mem0 = s.model.decode_weight_bytes(1) / bw
         return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
     b = float(batch or 1)
+    stages = s.place.pipeline_stages
     line = _decode_step_line(
         s.model,
         s.hw,
-        batch=b,
+        # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch).
+        batch=pipeline_microbatch(b, stages),
         other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
-        pipeline_stages=s.place.pipeline_stages,
+        pipeline_stages=stages,
         eta_mem=k.eta_mem,
         eta_flop=k.eta_flop,
         allreduce_base=k.allreduce_base,
@@ -620,10 +636,7 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
         return None, None
-    place = s.place
-    return batch_at(
-        place.kv_tokens_per_replica, place.streams_per_replica, s.knobs.tier_batch, batch, context
-    )
+    return batch_at(s.place.kv_tokens_per_replica, s.knobs.tier_batch, batch, context)
 
 
 def _token_seconds(s: _Served, context):
@@ -680,6 +693,20 @@ def _serve(
         nodes_per_replica=deployment.nodes_per_replica,
         streams_per_stage=params.get("wafer:streams_per_stage"),
     )
+    if deployment.pipeline_parallel is not None:
+        if hw.kind != "gpu":
+            raise SimEngineError(
+                f"pipeline_parallel applies to GPUs only; {hw.key} pipelines over its wafers"
+            )
+        tp, pp = split_pipeline(
+            place.nodes_per_replica, deployment.pipeline_parallel, hw.max_tensor_parallel
+        )
+        place = dataclasses.replace(
+            place,
+            tensor_parallel=tp,
+            pipeline_stages=pp,
+            layers_per_stage=_split_layers(model.layers, pp),
+        )
     served = _Served(model, hw, place, deployment, software, params, float(context), None)
     # Validate the software version now, with a clear message.
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
@@ -858,10 +885,17 @@ def _default_prefill(
     nodes_per_replica: int | None,
     software: str | None,
     task: TaskProfile,
+    pipeline_parallel: int | None = None,
 ) -> tuple[float, float]:
     # Prefill does not depend on the tier, transport or speculative decoding: the
     # tiers of a pool share these.
-    pool = Deployment(device, nodes, nodes_per_replica=nodes_per_replica, software=software)
+    pool = Deployment(
+        device,
+        nodes,
+        nodes_per_replica=nodes_per_replica,
+        software=software,
+        pipeline_parallel=pipeline_parallel,
+    )
     s = _default_serve(model, pool)
     return _prefill_totals(s, _default_turns(task, s.knobs.chunk_tokens))
 
@@ -935,7 +969,7 @@ def _service_profile(
         d = s.deployment
         turns = _default_turns(task, s.knobs.chunk_tokens)
         pre_sum, pre_first = _default_prefill(
-            s.model, d.device, d.nodes, d.nodes_per_replica, d.software, task
+            s.model, d.device, d.nodes, d.nodes_per_replica, d.software, task, d.pipeline_parallel
         )
     else:
         turns = _turn_table(task, s.knobs.chunk_tokens)
@@ -1233,69 +1267,211 @@ def _priority_wait(
     return est.prob_wait, mean / est.prob_wait, False
 
 
-def _resolve_software(params: EngineParams, deployment: Deployment) -> Deployment:
-    # A figure dated in a software era the parameters do not name uses the latest
-    # calibrated version not newer than it (e.g. a 2024-11 figure -> the 2024.10 fit).
-    if deployment.software is None:
-        return deployment
-    hw = resolve_device(deployment.device)
+# A software date: "YYYY-MM" or "YYYY-MM-DD" (a figure's publication date).
+_SOFTWARE_DATE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
+
+
+def _era_key(version: str) -> tuple[int, ...] | None:
+    # A calibrated version "YYYY.MM" (or a date "YYYY-MM[-DD]") as (year, month), for
+    # comparing eras by date, not as strings ("2026-08" < "2026.08" as strings).
+    m = re.match(r"^(\d{4})[.-](\d{2})(?:[.-]\d{2})?$", version)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def software_era(params: EngineParams, device: str, software: str | None) -> tuple[str | None, str]:
+    """(calibrated software version, how it was chosen) for a device.
+
+    ``software`` None: the device's current version. A calibrated version: itself. A
+    date "YYYY-MM" / "YYYY-MM-DD": the era in effect at that date, i.e. the latest
+    calibrated version released on or before it; a date before every calibrated era
+    resolves to the earliest one, and the note says so. Any other version string: the
+    latest calibrated version not newer than it (e.g. "2024.11" -> the 2024.10 fit), or
+    itself when none is older (``_serve`` then names the missing version).
+    """
+    hw = resolve_device(device)
+    if software is None:
+        version = params.software_for(hw.key)
+        return version, f"{version} (current {hw.key} software)"
     probe = "t_layer" if hw.kind == "wafer" else "eta_mem"
     known = sorted(
         {
             k.split("@", 1)[1].split(":", 1)[0]
             for k in params.values
             if k.endswith(f":{probe}") and k.split("@", 1)[0] in (hw.key, hw.kind)
-        }
+        },
+        key=lambda v: (_era_key(v) or (0, 0), v),
     )
-    if deployment.software in known:
+    if software in known:
+        return software, software
+    date = _SOFTWARE_DATE.match(software)
+    key = _era_key(software)
+    if date is not None and not (1 <= key[1] <= 12):
+        raise SimEngineError(f"software date {software!r} has no month {key[1]}")
+    earlier = [v for v in known if key is not None and (_era_key(v) or (0, 0)) <= key]
+    if earlier:
+        return earlier[-1], f"{earlier[-1]} (the {hw.key} era in effect at {software})"
+    if date is not None and known:
+        return known[0], (
+            f"{known[0]} (earliest calibrated {hw.key} era; {software} predates it, "
+            "no earlier fit exists)"
+        )
+    return software, software
+
+
+def _resolve_software(params: EngineParams, deployment: Deployment) -> Deployment:
+    # A figure dated in a software era the parameters do not name uses the era in
+    # effect at that date (software_era).
+    if deployment.software is None:
         return deployment
-    earlier = [v for v in known if v <= deployment.software]
-    if not earlier:
-        return deployment  # _serve names the missing version
-    return dataclasses.replace(deployment, software=earlier[-1])
+    version, _ = software_era(params, deployment.device, deployment.software)
+    if version == deployment.software:
+        return deployment
+    return dataclasses.replace(deployment, software=version)
 
 
 def serving_point(
     model: ModelSpec,
     deployment: Deployment,
     *,
-    concurrency: int,
+    concurrency: int | None = None,
     input_tokens: int,
     output_tokens: int,
     speculative: bool | Speculation = False,
     with_transport: bool = False,
+    rate_per_second: float | None = None,
+    max_batch_size: int | None = None,
+    replicas: int = 1,
     params: EngineParams = DEFAULT_PARAMS,
-) -> dict[str, float]:
-    """One replica serving ``concurrency`` closed-loop streams of (input, output) requests.
+) -> dict[str, Any]:
+    """``replicas`` identical replicas serving (input, output) requests.
 
-    The figures a serving benchmark (NIM, vLLM, TensorRT-LLM) reports: TTFT, time per
-    output token, per-stream tokens/s and the replica's throughput. ``with_transport``
-    adds the API round trip and per-token overheads (a client-side measurement).
+    Closed loop (``concurrency`` streams per replica, default 1; NIM / vLLM /
+    TensorRT-LLM benchmarks): the decode batch is min(concurrency, ``max_batch_size``,
+    what the paged KV cache holds); streams beyond the batch wait for a slot (their
+    wait is in TTFT). Open loop (``rate_per_second`` Poisson arrivals for the whole
+    deployment, MLPerf's server scenario; split evenly over replicas): the batch is
+    what the rate sustains (Little's law at the service time of that batch), and TTFT
+    adds the queueing (:func:`_open_loop`). ``max_batch_size`` None: the production
+    default (simengine.kv.DEFAULT_MAX_BATCH_SIZE) on GPUs.
+
+    The figures a serving benchmark reports: TTFT, time per output token, per-stream
+    tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
+    trip and per-token overheads (a client-side measurement).
     """
-    _positive_int(concurrency, "concurrency", 1)
+    if rate_per_second is None:
+        concurrency = _positive_int(1 if concurrency is None else concurrency, "concurrency", 1)
+    else:
+        if concurrency is not None:
+            raise SimEngineError("give concurrency (closed loop) or rate_per_second, not both")
+        if (
+            isinstance(rate_per_second, bool)
+            or not isinstance(rate_per_second, (int, float))
+            or not math.isfinite(rate_per_second)
+            or rate_per_second <= 0
+        ):
+            raise SimEngineError(f"rate_per_second must be a number > 0, got {rate_per_second!r}")
+    _positive_int(replicas, "replicas", 1)
+    max_batch = kv.DEFAULT_MAX_BATCH_SIZE if max_batch_size is None else max_batch_size
+    _positive_int(max_batch, "max_batch_size", 1)
+    _, era = software_era(params, deployment.device, deployment.software)
     deployment = _resolve_software(params, deployment)
     if speculative != deployment.speculative:
         deployment = dataclasses.replace(deployment, speculative=speculative)
-    # The benchmark's concurrency is the decode batch (up to what the KV cache holds).
-    p = params.with_values({f"tier:{deployment.tier}:batch": float(concurrency)})
-    context = input_tokens + output_tokens / 2.0
-    s = _serve(model, deployment, p, batch=float(concurrency), context=context)
+    # The server's cap on sequences in a step: the benchmark's concurrency (closed loop)
+    # and max_batch_size; _serve limits it to what the paged KV cache holds.
+    limit = max_batch if concurrency is None else min(concurrency, max_batch)
+    p = params.with_values({f"tier:{deployment.tier}:batch": float(limit)})
+    context = kv.mean_context(input_tokens, output_tokens)
+    s = _serve(model, deployment, p, context=context)
+    gpu = s.hw.kind == "gpu"
+    # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
+    slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
     prefill = _prefill_seconds(s, input_tokens, 0)
-    step = _server_token_seconds(s, context)
-    tpot = step + _interference(s, s.batch, prefill, output_tokens)
-    ttft = prefill + _chunks(s, input_tokens) * step
+    chunks = _chunks(s, input_tokens)
+    per_token, ttft_extra = 0.0, 0.0
     if with_transport:
-        tpot += s.transport("per_token")
-        ttft += s.transport("ttft_overhead") + s.transport("round_trip")
-    streams = s.batch if s.batch is not None else min(concurrency, s.place.streams_per_replica)
-    cycle = ttft + (output_tokens - 1) * tpot
+        per_token = s.transport("per_token")
+        ttft_extra = s.transport("ttft_overhead") + s.transport("round_trip")
+
+    def at(batch: float) -> tuple[float, float, float]:
+        # (TTFT without queueing, time per output token, request time) at a batch.
+        line = _token_line(s, batch, context) if gpu else s.token_line
+        step = line.at(context)
+        tpot = step + _interference(s, batch if gpu else None, prefill, output_tokens) + per_token
+        ttft = prefill + chunks * step + ttft_extra
+        return ttft, tpot, ttft + (output_tokens - 1) * tpot
+
+    capacity = None
+    if rate_per_second is None:
+        streams = min(float(concurrency), slots)
+        ttft, tpot, cycle = at(streams)
+        # Closed loop: the concurrency - streams clients beyond the batch wait, each
+        # request cycle, for a slot (by Little's law: concurrency / throughput - cycle).
+        queue = max(0.0, concurrency / streams - 1.0) * cycle
+        throughput = replicas * streams * output_tokens / cycle
+    else:
+        streams, ttft, tpot, queue, capacity = _open_loop(
+            at, rate_per_second, replicas, slots, prefill if gpu else 0.0
+        )
+        throughput = rate_per_second * output_tokens
     return {
-        "ttft_seconds": ttft,
+        "ttft_seconds": ttft + queue,
         "time_per_output_token_seconds": tpot,
         "tokens_per_second": 1.0 / tpot,
-        "throughput_tokens_per_second": streams * output_tokens / cycle,
+        "throughput_tokens_per_second": throughput,
+        "queue_seconds": queue,
+        "batch": streams,
+        "capacity_requests_per_second": capacity,
+        "replicas": replicas,
         "devices": s.place.nodes_per_replica,
         "tensor_parallel": s.place.tensor_parallel or 1,
         "pipeline_stages": s.place.pipeline_stages,
         "software": s.software,
+        "software_era": era,
     }
+
+
+def _open_loop(
+    at, total_rate: float, replicas: int, slots: float, prefill: float
+) -> tuple[float, float, float, float, float]:
+    """Poisson arrivals of ``total_rate`` requests/s (MLPerf's server scenario) split
+    evenly over ``replicas``: one replica sees rate = total_rate / replicas.
+
+    ``at(batch)`` gives (TTFT, time per output token, request time S) at a decode batch.
+    Sustained batch (Little's law): the mean number of requests in service N solves
+    N = rate x S(max(1, N)) (a fixed point; S grows with N), found by bisection on
+    [0, c] with c = the replica's slots (GPU: min(max_batch_size, what paged KV holds);
+    wafer: its pipeline slots). Capacity = min(c / S(c), 1 / prefill): every slot busy,
+    or the GPU busy prefilling alone. Queueing in TTFT (means): waiting for a slot, an
+    M/D/c queue (Allen-Cunneen: Erlang C x (1 + 0) / 2 for Poisson arrivals and a fixed
+    request size) with c slots and service time S(N); and, on GPUs, waiting for the
+    prefill (chunked prefill takes waiting prompts first come, first served within
+    the step's token budget): M/D/1 on the prefill time (Pollaczek-Khinchine).
+    Returns (batch, TTFT at the batch, TPOT, queue seconds, capacity of all replicas
+    in requests/s). SimEngineError naming the capacity when the rate reaches it.
+    """
+    rate = total_rate / replicas
+    c = max(1, math.floor(slots))
+    full = at(float(c))[2]
+    capacity = c / full
+    if prefill > 0:
+        capacity = min(capacity, 1.0 / prefill)
+    if rate >= capacity:
+        raise SimEngineError(
+            f"rate_per_second {total_rate:.4g} is at or above capacity: the deployment serves "
+            f"at most {capacity * replicas:.4g} requests/s ({replicas} replica(s) x "
+            f"{capacity:.4g}, {c} slots each)"
+        )
+    lo, hi = 0.0, float(c)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if rate * at(max(1.0, mid))[2] > mid:
+            lo = mid
+        else:
+            hi = mid
+    n = hi
+    batch = max(1.0, n)
+    ttft, tpot, service = at(batch)
+    slot_wait = wait_estimate(c, rate, 1.0 / service, 1.0, 0.0).mean_wait
+    prefill_wait = wait_estimate(1, rate, 1.0 / prefill, 1.0, 0.0).mean_wait if prefill > 0 else 0.0
+    return n, ttft, tpot, slot_wait + prefill_wait, capacity * replicas

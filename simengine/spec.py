@@ -1,8 +1,9 @@
 """Predictions for any architecture from a small JSON spec (``python -m simengine predict``).
 
-A spec describes one model, the hardware it runs on and a closed-loop workload
+A spec describes one model, the hardware it runs on and a workload: closed loop
 (``concurrency`` streams each sending ``input_tokens`` in and reading ``output_tokens``
-out, the way NIM/vLLM/TensorRT-LLM benchmarks are run)::
+out, the way NIM/vLLM/TensorRT-LLM benchmarks are run) or open loop
+(``rate_per_second`` Poisson arrivals, MLPerf's server scenario)::
 
     {"model": {"name": "llama-3.3-70b", "layers": 80, "hidden": 8192, "heads": 64,
                "kv_heads": 8, "head_dim": 128, "params_b": 70.6,
@@ -24,6 +25,7 @@ error is a :class:`SimEngineError` with a one-line message naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -63,7 +65,12 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "hardware": None,  # required: h100 | h200 | b200 | gb200-nvl72 | cs-3
     "devices": None,  # default: the fewest that hold the model (GPUs: = tensor_parallel)
     "tensor_parallel": None,  # GPUs only; default = devices (or the smallest group that fits)
-    "concurrency": 1,  # streams in flight on the replica (closed loop)
+    "concurrency": None,  # closed-loop streams in flight per replica; default 1
+    # Issue 28 workload fields (README "Spec fields (issue 28)"):
+    "pipeline_parallel": None,  # GPUs: stages over layers; devices = tensor_parallel x this
+    "replicas": 1,  # identical replicas; throughput is for all of them
+    "rate_per_second": None,  # open loop: Poisson requests/s for the whole deployment
+    "max_batch_size": None,  # GPUs: sequences per step; default 256 (vLLM/TensorRT-LLM)
     "input_tokens": 1000,
     "output_tokens": 500,
     # false | true | {"method", "draft_tokens", "acceptance"}; omitted: the hardware's
@@ -217,13 +224,23 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         raise _err(f"hardware must be one of {sorted(SPEC_HARDWARE)}, got {s['hardware']!r}")
     device = SPEC_HARDWARE[s["hardware"]]
     hw = HARDWARE[device]
-    concurrency = _int(s, "concurrency", "")
+    rate = s["rate_per_second"]
+    if rate is not None:
+        rate = _num(s, "rate_per_second", "")
+        if s["concurrency"] is not None:
+            raise _err("give concurrency (closed loop) or rate_per_second (open loop), not both")
+    concurrency = None if s["concurrency"] is None else _int(s, "concurrency", "")
+    replicas = _int(s, "replicas", "")
+    max_batch = None if s["max_batch_size"] is None else _int(s, "max_batch_size", "")
+    pp = None if s["pipeline_parallel"] is None else _int(s, "pipeline_parallel", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
     if s["software"] is not None and not isinstance(s["software"], str):
-        raise _err(f"software must be a version string, got {s['software']!r}")
+        raise _err(
+            f"software must be a version string or a date YYYY-MM[-DD], got {s['software']!r}"
+        )
     try:
         if s["speculative"] is None:
             spec_dec = production_default(hw.kind, s["software"])
@@ -238,12 +255,31 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     if hw.kind == "wafer":
         if tp not in (None, 1):
             raise _err(f"tensor_parallel applies to GPUs only; cs-3 splits layers (got {tp})")
+        if pp not in (None, 1):
+            raise _err(f"pipeline_parallel applies to GPUs only; cs-3 pipelines over wafers ({pp})")
+        if max_batch is not None:
+            raise _err("max_batch_size applies to GPUs only; a cs-3 pipeline has its own slots")
+        pp = None
         npr = devices
     else:
         if tp is not None and tp > hw.max_tensor_parallel:
             raise _err(f"tensor_parallel must be <= {hw.max_tensor_parallel} on {s['hardware']}")
         if tp is not None and devices is not None and devices % tp:
             raise _err(f"devices ({devices}) must be a multiple of tensor_parallel ({tp})")
+        if pp is not None:
+            if tp is not None and devices is not None and devices != tp * pp:
+                raise _err(
+                    f"devices ({devices}) must equal tensor_parallel x pipeline_parallel "
+                    f"({tp} x {pp})"
+                )
+            if tp is None and devices is None:
+                raise _err("pipeline_parallel needs devices or tensor_parallel")
+            if tp is not None:
+                devices = tp * pp
+            elif devices % pp:
+                raise _err(f"devices ({devices}) must be a multiple of pipeline_parallel ({pp})")
+        elif tp is not None and devices is not None:
+            pp = devices // tp  # the devices beyond one TP group are pipeline stages
         npr = devices if devices is not None else tp
     if ep > 1:
         if hw.kind == "wafer":
@@ -267,11 +303,15 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             software=s["software"],
             nodes_per_replica=npr,
             expert_parallel=ep,
+            pipeline_parallel=pp,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None
     workload = {
         "concurrency": concurrency,
+        "rate_per_second": rate,
+        "max_batch_size": max_batch,
+        "replicas": replicas,
         "input_tokens": inp,
         "output_tokens": out,
         "speculative": spec_dec or False,
@@ -288,10 +328,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
 def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, Any]:
     """Predicted serving figures for a spec (see module docstring).
 
-    Returns ``ttft_seconds``, ``time_per_output_token_seconds``, ``tokens_per_second``
-    (one stream), ``throughput_tokens_per_second`` (all streams of the replica),
-    ``kv_bytes_per_token`` plus the placement used (devices, tensor_parallel,
-    pipeline_stages).
+    Returns ``ttft_seconds`` (mean, queueing included), ``time_per_output_token_seconds``,
+    ``tokens_per_second`` (one stream), ``throughput_tokens_per_second`` (all streams of
+    all replicas), ``queue_seconds`` (the wait in TTFT), ``batch`` (the decode batch per
+    replica), ``capacity_requests_per_second`` (open loop; None in a closed loop),
+    ``kv_bytes_per_token``, ``software`` / ``software_era`` (the calibrated era used and
+    why) plus the placement used (replicas, devices, tensor_parallel, pipeline_stages).
     """
     model, deployment, w = parse_spec(data)
     if deployment.nodes_per_replica is None:
@@ -299,14 +341,8 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         from .placement import placement
 
         place = placement(model, deployment.device, context_tokens=model.context_window)
-        deployment = Deployment(
-            deployment.device,
-            place.nodes_per_replica,
-            deployment.tier,
-            deployment.transport,
-            software=deployment.software,
-            nodes_per_replica=place.nodes_per_replica,
-            expert_parallel=deployment.expert_parallel,
+        deployment = dataclasses.replace(
+            deployment, nodes=place.nodes_per_replica, nodes_per_replica=place.nodes_per_replica
         )
     point = serving_point(
         model,
@@ -316,6 +352,9 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         output_tokens=w["output_tokens"],
         speculative=w["speculative"],
         with_transport=w["transport"] != "none",
+        rate_per_second=w["rate_per_second"],
+        max_batch_size=w["max_batch_size"],
+        replicas=w["replicas"],
         params=params,
     )
     point["kv_bytes_per_token"] = model.kv_bytes_per_token
@@ -327,6 +366,9 @@ _OUTPUT_KEYS = (
     "time_per_output_token_seconds",
     "tokens_per_second",
     "throughput_tokens_per_second",
+    "queue_seconds",
+    "batch",
+    "capacity_requests_per_second",
     "kv_bytes_per_token",
 )
 
@@ -362,7 +404,10 @@ def predict_main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        for key in (*_OUTPUT_KEYS, "devices", "tensor_parallel", "pipeline_stages", "software"):
+        keys = (*_OUTPUT_KEYS, "replicas", "devices", "tensor_parallel", "pipeline_stages")
+        for key in (*keys, "software", "software_era"):
             v = result[key]
+            if v is None:
+                continue
             print(f"{key:32s} {v:.6g}" if isinstance(v, float) else f"{key:32s} {v}")
     return 0

@@ -1,0 +1,133 @@
+"""Paged KV, the server's batch cap, pipeline parallelism and replicas (issue 28).
+
+Each term isolated: a GPU replica's batch is limited by the KV the requests hold so far
+(input + output / 2 + half a page), not by a planning window per stream; the server's
+``max_batch_size`` caps it (production default 256); pipeline stages decode
+micro-batches (a single stream gains nothing from them, the bubble closes once the
+batch reaches the stage count); ``replicas`` multiply throughput.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simengine import SimEngineError, placement
+from simengine.kv import DEFAULT_MAX_BATCH_SIZE, KV_PAGE_TOKENS, held_tokens, kv_streams
+from simengine.parallel import pipeline_bubble, pipeline_microbatch
+from simengine.spec import model_from_spec, predict_spec
+
+LLAMA_70B_BF16 = {
+    "name": "llama-3.3-70b", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
+    "head_dim": 128, "params_b": 70.6, "dtype": "bf16",
+}  # fmt: skip
+LLAMA_8B = {
+    "name": "llama-3.1-8b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+    "head_dim": 128, "params_b": 8.0, "dtype": "fp8",
+}  # fmt: skip
+
+
+def _kv_tokens(model: dict, device: str, devices: int, inp: int, out: int) -> float:
+    spec = model_from_spec(model, tokens=inp + out)
+    return placement(spec, device, nodes_per_replica=devices).kv_tokens_per_replica
+
+
+def test_held_tokens_are_the_context_plus_half_a_page():
+    assert KV_PAGE_TOKENS == 16
+    assert held_tokens(1250.0) == 1258.0
+    assert kv_streams(1_258_000.0, 1250.0) == pytest.approx(1000.0)
+
+
+def test_batch_limited_by_tokens_held_grows_as_outputs_shorten():
+    # 70B BF16 on 2 x H100: about 16 GB of KV free, far fewer streams than asked for.
+    base = {"model": LLAMA_70B_BF16, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
+            "concurrency": 4000, "max_batch_size": 4096, "input_tokens": 1000}  # fmt: skip
+    batches = []
+    for out in (4000, 2000, 1000, 250):
+        r = predict_spec({**base, "output_tokens": out})
+        kv_tokens = _kv_tokens(LLAMA_70B_BF16, "h100", 2, 1000, out)
+        # Exactly what the paged cache holds: each stream input + output/2 + half a page.
+        assert r["batch"] == pytest.approx(kv_tokens / (1000 + out / 2 + KV_PAGE_TOKENS / 2))
+        batches.append(r["batch"])
+    assert batches == sorted(batches) and batches[-1] > 2 * batches[0]
+
+
+def test_server_with_1400_in_flight_is_not_capped_at_the_planning_window():
+    # 8B FP8 on one H100 with short requests: the paged cache holds thousands of
+    # streams; the old cap (every stream at an 8,192-token window) was ~100.
+    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 1400,
+            "max_batch_size": 2048, "input_tokens": 200, "output_tokens": 200}  # fmt: skip
+    r = predict_spec(spec)
+    window_cap = _kv_tokens(LLAMA_8B, "h100", 1, 200, 200) / 8192
+    assert window_cap < 150
+    assert r["batch"] == 1400 and r["queue_seconds"] == 0.0
+    # Throughput keeps growing past ~100 streams (it would be flat under the old cap).
+    at_100 = predict_spec({**spec, "concurrency": 100})
+    assert r["throughput_tokens_per_second"] > 2 * at_100["throughput_tokens_per_second"]
+
+
+def test_max_batch_size_defaults_to_the_production_cap_and_queues_the_rest():
+    assert DEFAULT_MAX_BATCH_SIZE == 256
+    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 1000,
+            "input_tokens": 200, "output_tokens": 200}  # fmt: skip
+    r = predict_spec(spec)
+    assert r["batch"] == 256
+    # 1000 clients over 256 slots: each waits (1000/256 - 1) request cycles for a slot.
+    assert r["queue_seconds"] > 0
+    assert r["ttft_seconds"] == pytest.approx(
+        predict_spec({**spec, "concurrency": 256})["ttft_seconds"] + r["queue_seconds"]
+    )
+    lifted = predict_spec({**spec, "max_batch_size": 1000})
+    assert lifted["batch"] == 1000 and lifted["queue_seconds"] == 0.0
+    assert lifted["throughput_tokens_per_second"] > r["throughput_tokens_per_second"]
+
+
+def test_pipeline_microbatches_and_bubble():
+    assert pipeline_microbatch(1.0, 4) == 1.0  # one stream: one micro-batch, 3 stages idle
+    assert pipeline_bubble(1.0, 4) == 0.75
+    assert pipeline_microbatch(64.0, 4) == 16.0 and pipeline_bubble(64.0, 4) == 0.0
+    assert pipeline_microbatch(64.0, 1) == 64.0
+
+
+def test_pipeline_parallel_splits_devices_and_does_not_speed_up_one_stream():
+    base = {"model": LLAMA_8B, "hardware": "h100", "concurrency": 1,
+            "input_tokens": 1000, "output_tokens": 500}  # fmt: skip
+    one = predict_spec({**base, "devices": 1})
+    pp2 = predict_spec({**base, "tensor_parallel": 1, "pipeline_parallel": 2})
+    tp2 = predict_spec({**base, "devices": 2, "tensor_parallel": 2})
+    assert (pp2["devices"], pp2["tensor_parallel"], pp2["pipeline_stages"]) == (2, 1, 2)
+    # A token crosses both stages in turn: no faster than one GPU (plus a hop);
+    # tensor parallelism on the same two GPUs is faster.
+    assert pp2["time_per_output_token_seconds"] >= one["time_per_output_token_seconds"]
+    assert tp2["time_per_output_token_seconds"] < pp2["time_per_output_token_seconds"]
+    # With as many streams as stages the bubble closes: per-stream speed at batch 2
+    # is the single-stream speed (each micro-batch of one has the pipeline to itself).
+    two = predict_spec({**base, "tensor_parallel": 1, "pipeline_parallel": 2, "concurrency": 2})
+    assert two["time_per_output_token_seconds"] < 1.05 * pp2["time_per_output_token_seconds"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"devices": 4, "tensor_parallel": 2, "pipeline_parallel": 3}, "tensor_parallel x"),
+        ({"pipeline_parallel": 2}, "needs devices or tensor_parallel"),
+        ({"devices": 3, "pipeline_parallel": 2}, "multiple of pipeline_parallel"),
+        ({"hardware": "cs-3", "pipeline_parallel": 2}, "GPUs only"),
+        ({"hardware": "cs-3", "max_batch_size": 8}, "GPUs only"),
+        ({"replicas": 0}, "replicas"),
+        ({"max_batch_size": 0}, "max_batch_size"),
+    ],
+)
+def test_workload_field_errors(fields, message):
+    spec = {"model": LLAMA_8B, "hardware": "h100", **fields}
+    with pytest.raises(SimEngineError, match=message):
+        predict_spec(spec)
+
+
+def test_replicas_multiply_throughput_not_per_stream_speed():
+    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 32,
+            "input_tokens": 1000, "output_tokens": 500}  # fmt: skip
+    one, four = predict_spec(spec), predict_spec({**spec, "replicas": 4})
+    assert four["throughput_tokens_per_second"] == pytest.approx(
+        4 * one["throughput_tokens_per_second"]
+    )
+    assert four["tokens_per_second"] == one["tokens_per_second"]
