@@ -1,0 +1,111 @@
+"""Django's ASGI handler with one thread hop for a request to a plain (sync) view
+(issue 29).
+
+Django's own handler, for every request:
+- enters a ThreadSensitiveContext, which starts a thread for the request's sync code
+  (and stops it at the end);
+- sends request_started and request_finished through sync_to_async (two hops);
+- runs the middleware chain in async mode, where each middleware built on
+  MiddlewareMixin (security headers, CSRF, common, clickjacking, the x-ratelimit-*
+  headers, django-prometheus) calls its process_request and process_response through
+  sync_to_async, and a sync view (every DRF view) is one more hop.
+That made about 16 thread hops and 2 new threads for GET /api/v1/ping: most of its 3.5
+ms (README "Bare request and chat path (issue 29)").
+
+Here a request whose view is sync (every view but /v1/chat/completions and
+/v1/responses) runs request_started, the same middleware in the same order loaded in
+sync mode (what WSGI and Django's test client run), its view, and (for a response
+already in memory) the response's close with request_finished, in ONE call on a
+thread of a reused pool (`SYNC_THREADS`, WEB_SYNC_THREADS, default 32 a process); then
+the bytes are sent from the event loop. The database connection is opened and given
+back to the pool within that one call, so it never crosses threads. A streamed response
+of a sync view (a file's content) gives its connection back before it streams and is
+closed after it, as Django closes it.
+
+A request whose view is a coroutine function (chat completions and responses: they
+hold a coroutine while they wait, never a thread) keeps Django's handler untouched."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.base import BaseHandler
+from django.db import close_old_connections
+from django.http import FileResponse
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+SYNC_THREADS = ThreadPoolExecutor(
+    max_workers=int(os.environ.get("WEB_SYNC_THREADS", "32")), thread_name_prefix="sync-view"
+)
+
+
+@lru_cache(maxsize=4096)
+def async_view(path: str) -> bool:
+    """Whether the view `path` resolves to is a coroutine function (False for a path
+    no view serves: its 404 is answered like any plain view's)."""
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False
+    return iscoroutinefunction(match.func)
+
+
+def path_info(scope) -> str:
+    """The request's path within the application, as Django's ASGIRequest reads it."""
+    path = scope["path"]
+    root = scope.get("root_path", "")
+    return (path.removeprefix(root) if root and path.startswith(root) else path) or "/"
+
+
+class Handler(ASGIHandler):
+    def __init__(self) -> None:
+        super().__init__()  # the async chain (Django's), for the async views
+        self.sync_handler = BaseHandler()
+        self.sync_handler.load_middleware(is_async=False)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and not async_view(path_info(scope)):
+            await self.handle_sync(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    def serve_sync(self, scope, body_file):
+        """Everything of a plain view's request but the sending, in one thread."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.sync_handler.get_response(request)
+            response._handler_class = self.__class__
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        if response.streaming:
+            close_old_connections()  # the connection back before the body streams
+        else:
+            response.close()  # request_finished: in this thread, the bytes in hand
+        return response
+
+    async def handle_sync(self, scope, receive, send):
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        try:
+            response = await sync_to_async(
+                self.serve_sync, thread_sensitive=False, executor=SYNC_THREADS
+            )(scope, body_file)
+            try:
+                await self.send_response(response, send)
+            finally:
+                if response.streaming:
+                    await sync_to_async(
+                        response.close, thread_sensitive=False, executor=SYNC_THREADS
+                    )()
+        finally:
+            body_file.close()
