@@ -61,3 +61,24 @@ def test_a_plain_view_is_one_hop_and_an_async_view_is_not(handlers, monkeypatch)
     monkeypatch.setattr(asgihandler, "sync_to_async", counting)
     assert call(handlers[0], "GET", "/api/v1/ping")["status"] == 200
     assert hops == ["serve_sync"]
+
+
+def test_the_async_chain_calls_the_computing_middleware_inline(handlers, monkeypatch):
+    """The chat view's chain: security, common, CSRF, clickjacking and prometheus hooks
+    in the event loop; only the x-ratelimit-* headers' hook (a Redis read) hops."""
+    from django.utils import deprecation
+
+    hops = []
+    real = deprecation.sync_to_async
+
+    def counting(fn, **kwargs):
+        hops.append(type(fn.__self__).__name__)
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(deprecation, "sync_to_async", counting)
+    ours, django = handlers
+    assert call(ours, "POST", "/v1/chat/completions", b"{}")["status"] == 401
+    assert set(hops) == {"RateLimitHeadersMiddleware"}
+    hops.clear()
+    assert call(django, "POST", "/v1/chat/completions", b"{}")["status"] == 401
+    assert {"SecurityMiddleware", "CsrfViewMiddleware", "RateLimitHeadersMiddleware"} <= set(hops)
