@@ -43,7 +43,7 @@ from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
 from django.db import close_old_connections
 from django.http import FileResponse
-from django.urls import Resolver404, get_resolver, set_script_prefix
+from django.urls import get_resolver, set_script_prefix
 
 SYNC_THREADS = ThreadPoolExecutor(
     max_workers=int(os.environ.get("WEB_SYNC_THREADS", "32")), thread_name_prefix="sync-view"
@@ -90,10 +90,11 @@ def inline(cls: type) -> type:
 @lru_cache(maxsize=4096)
 def async_view(path: str) -> bool:
     """Whether the view `path` resolves to is a coroutine function (False for a path
-    no view serves: its 404 is answered like any plain view's)."""
+    no view serves, or one whose resolving fails: the sync chain answers it as Django
+    would)."""
     try:
         match = get_resolver().resolve(path)
-    except Resolver404:
+    except Exception:  # noqa: BLE001 - Resolver404, or anything the sync chain answers
         return False
     return iscoroutinefunction(match.func)
 
