@@ -9,22 +9,32 @@ only piles up: the web process closes connections at the end of each request
 (Celery workers, started separately, keep theirs). On PostgreSQL the connections come
 from Django's connection pool (DB_POOL=1, settings.py) rather than one opened per request.
 
+A request for a plain (sync) view, which is every view but the streaming ones, runs its
+whole middleware chain and view in one thread hop (`Handler`, issue 29); the async views
+keep Django's async chain.
+
 A body larger than anything the service accepts is refused before it is read
 (deploy/asgibody.py)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deploy.settings")
 os.environ["DB_CONN_MAX_AGE"] = "0"
 os.environ.setdefault("DB_POOL", "1")
 
+import django  # noqa: E402
+
 from deploy import tracing  # noqa: E402
 
 tracing.setup("web")  # before the handler loads the middleware; off without OTLP
-django_application = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application does
 
-from deploy.asgibody import LimitRequestBody  # noqa: E402 (after Django is set up)
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402 (after Django is set up)
 
+from deploy.asgibody import LimitRequestBody  # noqa: E402
+from deploy.asgihandler import Handler  # noqa: E402
+
+# WEB_HANDLER=django: Django's own handler, as before issue 29 (bench/bench_ping.py
+# runs both side by side as its baseline).
+django_application = ASGIHandler() if os.environ.get("WEB_HANDLER") == "django" else Handler()
 application = LimitRequestBody(django_application)

@@ -17,8 +17,10 @@ import ipaddress
 import re
 import sys
 
+from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.signals import got_request_exception
+from django.utils.decorators import sync_and_async_middleware
 from django.views.debug import SafeExceptionReporterFilter
 from rest_framework.response import Response
 
@@ -53,22 +55,36 @@ def _remember_exception(sender, request=None, **kwargs):  # noqa: ARG001
 got_request_exception.connect(_remember_exception, dispatch_uid="httpedge.debugpage")
 
 
+@sync_and_async_middleware
 def debug_page_local_only(get_response):
+    # Sync and async: a sync-only middleware in Django's async chain (the chat views)
+    # turns the chain around it into thread hops (issue 29).
+    if iscoroutinefunction(get_response):
+
+        async def amiddleware(request):
+            return _local_only(request, await get_response(request))
+
+        return amiddleware
+
     def middleware(request):
-        response = get_response(request)
-        if not settings.DEBUG or is_local_client(request) or not _is_debug_page(response):
-            return response
-        # Answer what the handlers answer with DEBUG off (httpedge.problems).
-        if response.status_code == 404:
-            return problems.handler404(request)
-        if response.status_code == 400:  # a SuspiciousOperation (Django logged it)
-            return problems.handler400(request)
-        exc = getattr(request, "_uncaught_exception", None)
-        if isinstance(exc, problems.UNAVAILABLE_ERRORS):
-            return problems.unavailable_response(exc, request.path)
-        return problems.internal_error_response(request.path)
+        return _local_only(request, get_response(request))
 
     return middleware
+
+
+def _local_only(request, response):
+    """`response`, or what the handlers answer with DEBUG off (httpedge.problems) in
+    place of Django's debug page for a client that is not local."""
+    if not settings.DEBUG or is_local_client(request) or not _is_debug_page(response):
+        return response
+    if response.status_code == 404:
+        return problems.handler404(request)
+    if response.status_code == 400:  # a SuspiciousOperation (Django logged it)
+        return problems.handler400(request)
+    exc = getattr(request, "_uncaught_exception", None)
+    if isinstance(exc, problems.UNAVAILABLE_ERRORS):
+        return problems.unavailable_response(exc, request.path)
+    return problems.internal_error_response(request.path)
 
 
 def _is_debug_page(response) -> bool:

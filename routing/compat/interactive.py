@@ -249,10 +249,10 @@ def _set_headers(response: HttpResponse, headers: dict) -> HttpResponse:
 async def _serve(request, endpoint: str) -> HttpResponse:
     if request.method != "POST":
         return _method_not_allowed(request)
-    begun = await _db(_begin)(request, endpoint)
+    begun = await _db(_begin_and_finish)(request, endpoint)
     if isinstance(begun, HttpResponse):
         return begun
-    req, started, headers, key = begun
+    (req, started, headers, key), done = begun
     job = started.job
     if started.replayed and job.status == Job.Status.RUNNING and req.stream:
         return _set_headers(
@@ -274,10 +274,12 @@ async def _serve(request, endpoint: str) -> HttpResponse:
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return _set_headers(response, headers)
+    elif done is not None:
+        job = done  # its end was due when it started: finished in the same thread hop
     else:
         try:
             await _sleep_until(started.timeline.finishes_at)
-            job = await _db(_finish)(job.pk)
+            job = await _db(_finish)(job)
         except asyncio.CancelledError:
             # With an Idempotency-Key the job runs to its end (the sweeper settles it)
             # so that the client's retry gets the answer; without, it is abandoned.
@@ -302,9 +304,32 @@ async def _serve(request, endpoint: str) -> HttpResponse:
     return _set_headers(JsonResponse(build(req, job)), headers)
 
 
-def _finish(job_id) -> Job:
-    interactive_finish(job_id)
-    return Job.objects.select_related("model", "tier").get(pk=job_id)
+def _begin_and_finish(request, endpoint: str):
+    """`_begin`, and for a non-streamed answer whose end is due already (a short answer
+    under compressed simulated time) its finish too: the request's database work in one
+    thread hop. ((request, Interactive, headers, key), the finished job or None), or
+    `_begin`'s error response."""
+    begun = _begin(request, endpoint)
+    if isinstance(begun, HttpResponse):
+        return begun
+    req, started, _headers, _key = begun
+    due = (
+        not started.replayed
+        and not req.stream
+        and started.timeline is not None
+        and started.timeline.finishes_at <= timezone.now()
+    )
+    return begun, _finish(started.job) if due else None
+
+
+def _finish(job: Job) -> Job:
+    """The job settled at its end (`job`: as it started, model and tier loaded); as it
+    stands when it had ended otherwise (cancelled, abandoned, swept)."""
+    done = interactive_finish(job.pk)
+    if done is None:
+        return Job.objects.select_related("model", "tier").get(pk=job.pk)
+    done.model, done.tier = job.model, job.tier  # the same rows: not read again
+    return done
 
 
 async def _sleep_until(at) -> None:
@@ -480,7 +505,7 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         if calls:
             delta["tool_calls"] = calls
         yield _sse(openai_shapes.chat_chunk(**common, delta=delta))
-    done = await _db(_finish)(job.pk)
+    done = await _db(_finish)(job)
     if done.status == Job.Status.SUCCEEDED:
         reason, inp, out = answer.finish_reason, done.input_tokens, done.output_tokens
     else:  # cancelled or failed while streaming: charged for what was delivered
@@ -534,7 +559,7 @@ async def _response_events(req: params.Interactive, started: Interactive) -> Asy
 
 async def _final_response(req, job) -> tuple[dict, str]:
     """The response when its stream ends, and the last event's type."""
-    done = await _db(_finish)(job.pk)
+    done = await _db(_finish)(job)
     if done.status == Job.Status.SUCCEEDED:
         final = _response_body(req, done)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
