@@ -3,6 +3,9 @@
 Pure functions of sizes and parameters (no engine state), used by
 :mod:`simengine.perf`:
 
+* :func:`tp_kv_replication` - KV stored more than once over a tensor-parallel group
+  (fewer KV heads than GPUs, or a latent cache shared by all heads);
+* :func:`default_max_batch_size` - the server's default cap on sequences per step;
 * :func:`batch_at` - the decode batch of a GPU replica: the streams asked for, capped
   by the server's batch cap and by what the free KV memory holds, each stream holding
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
@@ -21,10 +24,45 @@ import numpy as np
 # request holds KV only for the tokens it has so far, in fixed-size pages, so the waste
 # is the unfilled part of its last page. vLLM's default block size is 16 tokens.
 KV_PAGE_TOKENS = 16
-# Production cap on sequences in one scheduler step on a GPU server: vLLM's
-# ``max_num_seqs`` default (256) and ``trtllm-serve --max_batch_size`` default (256,
-# PyTorch backend). A spec's ``max_batch_size`` overrides it.
-DEFAULT_MAX_BATCH_SIZE = 256
+# Production cap on sequences in one scheduler step on a GPU server (a spec's
+# ``max_batch_size`` overrides it): vLLM V1's ``max_num_seqs`` default, which depends on
+# the GPU's memory (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults: 1024 on
+# GPUs with >= 70 GiB other than A100, "for GPUs like H100 and MI300x", else 256). The
+# TensorRT-LLM defaults are no lower: the LLM API's ``max_batch_size`` is 2048
+# (llmapi/llm_args.py) and ``trtllm-bench`` sizes it from the KV cache, up to 4096
+# (bench/build/tuning.py, finetune_setting), so on large GPUs what the paged KV cache
+# holds is the cap that usually binds. Every GPU profiled here has >= 80 GB.
+LARGE_GPU_MEMORY_BYTES = 70 * 2**30
+DEFAULT_MAX_BATCH_SIZE_LARGE_GPU = 1024
+DEFAULT_MAX_BATCH_SIZE = 256  # GPUs below 70 GiB
+
+
+def default_max_batch_size(memory_bytes: float) -> int:
+    """The production batch cap of a GPU with ``memory_bytes`` of memory (vLLM V1's
+    ``max_num_seqs`` default: 1024 from 70 GiB, 256 below)."""
+    if memory_bytes >= LARGE_GPU_MEMORY_BYTES:
+        return DEFAULT_MAX_BATCH_SIZE_LARGE_GPU
+    return DEFAULT_MAX_BATCH_SIZE
+
+
+def tp_kv_replication(kv_shards: int, tensor_parallel: int) -> float:
+    """How many times a token's KV is stored over a tensor-parallel group of
+    ``tensor_parallel`` GPUs, relative to one copy, when the cache splits ``kv_shards``
+    ways (0: not stated, an even split).
+
+    Tensor parallelism splits attention by KV head, and every GPU needs at least one:
+    with fewer KV heads than GPUs the heads are replicated (TensorRT-LLM: "each GPU in
+    TP group has at least 1 kv head", bench/build/tuning.py; vLLM's
+    ``get_num_kv_heads``: max(1, kv_heads // tp)). A latent cache shared by all heads
+    (DeepSeek's multi-head latent attention) has one "head": every GPU of the group holds
+    the whole cache (the duplication SGLang's DP attention removes, SGLang v0.4 blog,
+    2024-12). Each GPU holds ceil(shards / TP) of the ``shards`` parts, so the group
+    stores TP x ceil(shards / TP) / shards copies, and each GPU reads its copy every
+    step (capacity and KV traffic both scale by this factor).
+    """
+    if kv_shards <= 0 or tensor_parallel <= 1:
+        return 1.0
+    return tensor_parallel * math.ceil(kv_shards / tensor_parallel) / kv_shards
 
 
 def held_tokens(context: float) -> float:

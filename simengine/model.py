@@ -75,6 +75,10 @@ class ModelSpec(HashOnce):
     shared_experts: int = 0
     attention_bytes: float = 0.0
     expert_bytes: float = 0.0
+    # Ways the KV cache splits over a tensor-parallel group (simengine.kv.
+    # tp_kv_replication): the KV heads of grouped-query attention, 1 for a latent cache
+    # shared by all heads (MLA); 0 = not stated (splits evenly, no replication).
+    kv_shards: int = 0
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and

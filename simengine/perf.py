@@ -450,9 +450,11 @@ def _decode_step_line(
     t_comm = moe_collectives_seconds(model, hw, tokens, tp, ep, allreduce_base, activation_bytes)
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
     weights = step_weight_bytes(model, tokens, tp, ep)
+    # KV stored (and read) more than once over the TP group (simengine.kv.tp_kv_replication).
+    kv_copies = kv.tp_kv_replication(model.kv_shards, tp)
     return _StepLine(
-        mem0=(weights + model.kv_bytes(others_in_kv)) / mem_rate,
-        mem1=model.kv_bytes_per_token / mem_rate,
+        mem0=(weights + kv_copies * model.kv_bytes(others_in_kv)) / mem_rate,
+        mem1=kv_copies * model.kv_bytes_per_token / mem_rate,
         flop0=(2 * step_active_params(model, tp, ep) * tokens + attn * others_in_kv) / flop_rate,
         flop1=attn / flop_rate,
         fixed=t_comm,
@@ -622,7 +624,7 @@ def _gpu_drafting(
         active_params=m.active_params_decode,
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
-        kv_bytes=m.kv_bytes(batch * context),
+        kv_bytes=kv.tp_kv_replication(m.kv_shards, tp) * m.kv_bytes(batch * context),
         attention_flops=4 * m.layers * m.hidden_size * batch * context,
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
@@ -636,7 +638,9 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
         return None, None
-    return batch_at(s.place.kv_tokens_per_replica, s.knobs.tier_batch, batch, context)
+    # The paged cache holds fewer tokens when the TP group stores each more than once.
+    copies = kv.tp_kv_replication(s.model.kv_shards, s.place.tensor_parallel or 1)
+    return batch_at(s.place.kv_tokens_per_replica / copies, s.knobs.tier_batch, batch, context)
 
 
 def _token_seconds(s: _Served, context):
@@ -660,9 +664,8 @@ def _prefill_seconds(s: _Served, new, cached):
         return flops * share / (peak * k.eta_flop) + k.wafer_pass
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
     t_flop = flops / (tp * peak * k.eta_flop)
-    t_mem = (step_weight_bytes(m, new, tp, ep) + m.kv_bytes(cached + new)) / (
-        tp * s.hw.memory_bandwidth * k.eta_mem
-    )
+    kv_read = kv.tp_kv_replication(m.kv_shards, tp) * m.kv_bytes(cached + new)
+    t_mem = (step_weight_bytes(m, new, tp, ep) + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
     act = new * m.hidden_size * k.activation_bytes
     t_comm = moe_collectives_seconds(m, s.hw, new, tp, ep, k.allreduce_base, k.activation_bytes)
     t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
@@ -1352,7 +1355,7 @@ def serving_point(
     deployment, MLPerf's server scenario; split evenly over replicas): the batch is
     what the rate sustains (Little's law at the service time of that batch), and TTFT
     adds the queueing (:func:`_open_loop`). ``max_batch_size`` None: the production
-    default (simengine.kv.DEFAULT_MAX_BATCH_SIZE) on GPUs.
+    default for the GPU's memory (:func:`simengine.kv.default_max_batch_size`).
 
     The figures a serving benchmark reports: TTFT, time per output token, per-stream
     tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
@@ -1371,7 +1374,10 @@ def serving_point(
         ):
             raise SimEngineError(f"rate_per_second must be a number > 0, got {rate_per_second!r}")
     _positive_int(replicas, "replicas", 1)
-    max_batch = kv.DEFAULT_MAX_BATCH_SIZE if max_batch_size is None else max_batch_size
+    if max_batch_size is None:
+        max_batch = kv.default_max_batch_size(resolve_device(deployment.device).memory_bytes)
+    else:
+        max_batch = max_batch_size
     _positive_int(max_batch, "max_batch_size", 1)
     _, era = software_era(params, deployment.device, deployment.software)
     deployment = _resolve_software(params, deployment)

@@ -14,7 +14,11 @@ out, the way NIM/vLLM/TensorRT-LLM benchmarks are run) or open loop
 A mixture of experts states its experts (``experts``, ``experts_per_token``,
 ``shared_experts``) and may give each component its own dtype (``attention_dtype``,
 ``expert_dtype``, ``kv_dtype``); ``expert_parallel`` splits the experts over GPUs
-(:mod:`simengine.moe`). ``speculative`` is false, true (the hardware's production
+(:mod:`simengine.moe`). ``tensor_parallel`` n with ``expert_parallel`` n is attention
+tensor-parallel over the n GPUs with the experts expert-parallel: attention data
+parallelism (TensorRT-LLM's ``enable_attention_dp``, "DEP"; SGLang's
+``--enable-dp-attention``) is a separate, default-off flag in both servers over the same
+tp/ep sizes, so it is not inferred (README, "KV copies over a tensor-parallel group"). ``speculative`` is false, true (the hardware's production
 method) or ``{"method", "draft_tokens", "acceptance"}`` (:mod:`simengine.speculative`);
 omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
 
@@ -70,7 +74,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "pipeline_parallel": None,  # GPUs: stages over layers; devices = tensor_parallel x this
     "replicas": 1,  # identical replicas; throughput is for all of them
     "rate_per_second": None,  # open loop: Poisson requests/s for the whole deployment
-    "max_batch_size": None,  # GPUs: sequences per step; default 256 (vLLM/TensorRT-LLM)
+    "max_batch_size": None,  # GPUs: sequences per step; default by GPU memory (kv.py)
     "input_tokens": 1000,
     "output_tokens": 500,
     # false | true | {"method", "draft_tokens", "acceptance"}; omitted: the hardware's
@@ -161,10 +165,16 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
     kv_b = bpp if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
+    per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
+    kv_shards = kv_heads
     if m["kv_bytes_per_token"] is None:
-        kv = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
+        kv = per_head
     else:
         kv = _num(m, "kv_bytes_per_token", "model.")
+        if kv < per_head * (1 - 1e-6):
+            # A published cache smaller than K and V per head is a latent shared by all
+            # heads (multi-head latent attention): it does not split over TP GPUs.
+            kv_shards = 1
     window = (
         max(8192, tokens) if m["context_window"] is None else _int(m, "context_window", "model.")
     )
@@ -186,6 +196,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         shared_experts=shared,
         attention_bytes=attn_b,
         expert_bytes=expert_b,
+        kv_shards=kv_shards,
     )
 
 

@@ -2,7 +2,7 @@
 
 Each term isolated: a GPU replica's batch is limited by the KV the requests hold so far
 (input + output / 2 + half a page), not by a planning window per stream; the server's
-``max_batch_size`` caps it (production default 256); pipeline stages decode
+``max_batch_size`` caps it (production default by GPU memory); pipeline stages decode
 micro-batches (a single stream gains nothing from them, the bubble closes once the
 batch reaches the stage count); ``replicas`` multiply throughput.
 """
@@ -12,7 +12,14 @@ from __future__ import annotations
 import pytest
 
 from simengine import SimEngineError, placement
-from simengine.kv import DEFAULT_MAX_BATCH_SIZE, KV_PAGE_TOKENS, held_tokens, kv_streams
+from simengine.kv import (
+    DEFAULT_MAX_BATCH_SIZE,
+    KV_PAGE_TOKENS,
+    default_max_batch_size,
+    held_tokens,
+    kv_streams,
+    tp_kv_replication,
+)
 from simengine.parallel import pipeline_bubble, pipeline_microbatch
 from simengine.spec import model_from_spec, predict_spec
 
@@ -66,19 +73,65 @@ def test_server_with_1400_in_flight_is_not_capped_at_the_planning_window():
 
 
 def test_max_batch_size_defaults_to_the_production_cap_and_queues_the_rest():
-    assert DEFAULT_MAX_BATCH_SIZE == 256
-    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 1000,
+    # vLLM V1's max_num_seqs default: 1024 on GPUs with >= 70 GiB, 256 below.
+    assert default_max_batch_size(80e9) == 1024 == default_max_batch_size(186e9)
+    assert default_max_batch_size(48 * 2**30) == DEFAULT_MAX_BATCH_SIZE == 256
+    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 2000,
             "input_tokens": 200, "output_tokens": 200}  # fmt: skip
     r = predict_spec(spec)
-    assert r["batch"] == 256
-    # 1000 clients over 256 slots: each waits (1000/256 - 1) request cycles for a slot.
+    assert r["batch"] == 1024  # the KV cache holds more: the server's cap binds
+    # 2000 clients over 1024 slots: each waits (2000/1024 - 1) request cycles for a slot.
     assert r["queue_seconds"] > 0
     assert r["ttft_seconds"] == pytest.approx(
-        predict_spec({**spec, "concurrency": 256})["ttft_seconds"] + r["queue_seconds"]
+        predict_spec({**spec, "concurrency": 1024})["ttft_seconds"] + r["queue_seconds"]
     )
-    lifted = predict_spec({**spec, "max_batch_size": 1000})
-    assert lifted["batch"] == 1000 and lifted["queue_seconds"] == 0.0
+    lifted = predict_spec({**spec, "max_batch_size": 2000})
+    assert lifted["batch"] == 2000 and lifted["queue_seconds"] == 0.0
     assert lifted["throughput_tokens_per_second"] > r["throughput_tokens_per_second"]
+
+
+def test_tp_kv_replication_counts_copies_over_the_tensor_parallel_group():
+    assert tp_kv_replication(8, 8) == 1.0  # one KV head per GPU: no copy
+    assert tp_kv_replication(4, 8) == 2.0  # 4 KV heads over 8 GPUs: each head twice
+    assert tp_kv_replication(1, 8) == 8.0  # a latent shared by all heads (MLA): every GPU
+    assert tp_kv_replication(6, 4) == pytest.approx(4 * 2 / 6)  # ceil(6/4) = 2 heads each
+    assert tp_kv_replication(0, 8) == 1.0 and tp_kv_replication(1, 1) == 1.0
+
+
+def test_fewer_kv_heads_than_gpus_shrink_the_batch_and_slow_the_step():
+    # The same model with 8 or 2 KV heads at the same KV bytes per token (head_dim
+    # scaled), on TP 8: with 2 heads each GPU holds 4x the cache, so the paged cache
+    # holds a quarter of the streams and each step reads 4x the KV per GPU.
+    base = {"name": "gqa", "layers": 32, "hidden": 4096, "heads": 32, "params_b": 8.0,
+            "dtype": "fp8"}  # fmt: skip
+    eight = {**base, "kv_heads": 8, "head_dim": 128}
+    two = {**base, "kv_heads": 2, "head_dim": 128, "kv_bytes_per_token": 2 * 32 * 8 * 128}
+    spec = {"hardware": "h100", "devices": 8, "tensor_parallel": 8, "concurrency": 100000,
+            "max_batch_size": 100000, "input_tokens": 4000, "output_tokens": 4000}  # fmt: skip
+    a = predict_spec({**spec, "model": eight})
+    b = predict_spec({**spec, "model": two})
+    assert b["batch"] == pytest.approx(a["batch"] / 4, rel=0.01)
+    one = {**spec, "concurrency": 64}
+    assert (
+        predict_spec({**one, "model": two})["time_per_output_token_seconds"]
+        > predict_spec({**one, "model": eight})["time_per_output_token_seconds"]
+    )
+
+
+def test_a_latent_kv_cache_is_held_whole_by_every_tensor_parallel_gpu():
+    # A published KV size below K and V per head is a latent shared by all heads (MLA):
+    # it does not split over TP, so TP 8 holds 1/8 the streams of an even split.
+    mla = {"name": "mla", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32,
+           "head_dim": 128, "params_b": 8.0, "dtype": "fp8", "kv_bytes_per_token": 32 * 576}  # fmt: skip
+    assert model_from_spec(mla).kv_shards == 1
+    assert model_from_spec({**mla, "kv_bytes_per_token": None}).kv_shards == 32
+    spec = {"model": mla, "hardware": "h100", "concurrency": 100000, "max_batch_size": 100000,
+            "input_tokens": 4000, "output_tokens": 4000}  # fmt: skip
+    tp1 = predict_spec({**spec, "devices": 1, "tensor_parallel": 1})
+    tp8 = predict_spec({**spec, "devices": 8, "tensor_parallel": 8})
+    # Eight GPUs, eight copies: about the streams of one GPU (plus the weights' share
+    # freed on each), not eight times them.
+    assert tp1["batch"] < tp8["batch"] < 1.5 * tp1["batch"]
 
 
 def test_pipeline_microbatches_and_bubble():
