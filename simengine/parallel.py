@@ -37,20 +37,6 @@ def pipeline_hops_seconds(hw: HardwareProfile, activation_bytes: float, stages: 
     return (stages - 1) * (hw.scaleout_latency + activation_bytes / hw.scaleout_bandwidth)
 
 
-def collective_seconds(
-    hw: HardwareProfile,
-    layers: int,
-    activation_bytes: float,
-    tensor_parallel: int,
-    pipeline_stages: int,
-    allreduce_base: float,
-) -> float:
-    """Communication of one forward pass on GPUs: two all-reduces per layer over the TP
-    group plus the pipeline hops, for ``activation_bytes`` of activations."""
-    t = 2 * layers * allreduce_seconds(hw, activation_bytes, tensor_parallel, allreduce_base)
-    return t + pipeline_hops_seconds(hw, activation_bytes, pipeline_stages)
-
-
 def wafer_hop_seconds(
     t_link: float, hidden_size: int, activation_bytes: float, link_bandwidth: float
 ) -> float:
