@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import simengine
-from routing.quota import PackageView, choose_package, earliest_reset, payment_order
+from routing.quota import (
+    PackageChoice,
+    PackageView,
+    choose_package,
+    earliest_reset,
+    payment_order,
+)
 from routing.router.timing import OwnSlots, own_wait_seconds, promise_seconds
 
 MILLION = Decimal(1_000_000)
@@ -94,7 +101,105 @@ def _task_profile(
     )
 
 
-@dataclass
+# The warm path's per-tier memo: what a tier's timing is for a (model, deployment,
+# task, measured outside load), as a tuple (the prediction's summary items, the typical
+# run, the promised P90 before our own slot wait, the queue's P90, one stream's share of
+# the pool's slots), or the reason it cannot run (a str). A warm decision reads it
+# instead of building a Prediction per candidate. The key holds every input of the
+# answer (the catalog's spec and deployment are frozen values: an edited model or pool
+# is a new key; the engine's parameters are its DEFAULT_PARAMS, fixed for the process),
+# so no entry goes stale. Typed LRU (a load 1 and 1.0 never share an entry) of 65,536
+# entries, ~0.5 kB each with its key (~35 MB at the bound): the loads come from one
+# snapshot a second (routing.router.snapshot), so the decisions of that second share them.
+@functools.lru_cache(maxsize=65_536, typed=True)
+def _tier_eval(
+    spec: simengine.ModelSpec,
+    deployment: simengine.Deployment,
+    task: simengine.TaskProfile,
+    measured: float | None,
+) -> tuple | str:
+    try:
+        pred = simengine.predict(spec, deployment, task, load=measured, breakdown=False)
+    except simengine.SimEngineError as exc:
+        return f"cannot run: {exc}"
+    summary = pred.summary()
+    if _SUMMARY_KEYS[0] is None:
+        _SUMMARY_KEYS[0] = tuple(summary)
+    return (
+        tuple(summary.values()),
+        simengine.run_median_seconds(pred),
+        promise_seconds(pred, task.turns, 0.0),
+        pred.queue_seconds,
+        1.0 / max(1, pred.stream_capacity),
+    )
+
+
+# The keys of Prediction.summary(), in its order, read from the first one (the values
+# are memoised as a flat tuple: fewer objects kept per entry).
+_SUMMARY_KEYS: list[tuple[str, ...] | None] = [None]
+
+
+class _PackageMemo:
+    """`choose_package` for one request's packages, memoised per account state.
+
+    The state is the packages themselves (every field: balances, scopes, order) and,
+    for each, whether `now` is inside its validity window: the only way `now` enters the
+    choice. A spend, a top-up or any edit of a package is another state, so a memoised
+    choice is never stale; equal states (the requests of an account between two
+    spends) share the entries. One hash of the state per request, then small keys.
+    """
+
+    __slots__ = ("_version", "_packages", "_now", "_memo")
+
+    def __init__(self, ordered: Sequence[PackageView], now: dt.datetime, memo: bool = True):
+        self._packages, self._now, self._memo = ordered, now, memo
+        if not memo:  # every choice made afresh: the oracle
+            return
+        state = tuple(
+            (
+                p,
+                p.valid_from is None or now >= p.valid_from,
+                p.valid_until is None or now < p.valid_until,
+            )
+            for p in ordered
+        )
+        self._version = _package_version(state)
+
+    def choose(self, model_id: int, family_id: int, tier_id: int, cost: Decimal) -> PackageChoice:
+        memo = self._memo
+        key = (self._version, model_id, family_id, tier_id, cost) if memo else None
+        choice = _CHOICES.get(key)  # no None key is stored: without the memo, always made
+        if choice is None:
+            choice = choose_package(
+                self._packages,
+                model_id=model_id,
+                family_id=family_id,
+                tier_id=tier_id,
+                cost=cost,
+                at=self._now,
+                presorted=True,
+            )
+            if memo:
+                if len(_CHOICES) >= CHOICE_MEMO_SIZE:
+                    _CHOICES.clear()  # bounded: refilled by the next requests
+                _CHOICES[key] = choice
+        return choice
+
+
+# Account states seen lately, each numbered once (a version: a state evicted and seen
+# again gets a new number, its old choices unreachable until cleared), and the choices
+# per (version, model, family, tier, cost). Bounded; both are per process.
+CHOICE_MEMO_SIZE = 65_536
+_CHOICES: dict[tuple, PackageChoice] = {}
+_versions = itertools.count(1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _package_version(state: tuple) -> int:
+    return next(_versions)
+
+
+@dataclass(slots=True)
 class Candidate:
     model: str
     tier: str
@@ -178,6 +283,7 @@ def route(
     now: dt.datetime,
     quality: bool = False,
     own: Mapping[int, OwnSlots] | None = None,
+    memo: bool = True,
 ) -> RouteDecision:
     """Evaluate every tier of every model given and choose.
 
@@ -200,10 +306,11 @@ def route(
     forced, deadline, max_cost = req.tier, req.deadline_seconds, req.max_cost
     allowed = None if forced else req.tiers
     n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
-    predict, engine_error = simengine.predict, simengine.SimEngineError
+    # memo=False: the per-candidate engine path, the oracle the memos are tested against.
+    evaluate = _tier_eval if memo else _tier_eval.__wrapped__
+    pay = _PackageMemo(ordered_packages, now, memo)
     load_of = loads.get
     own_of = (own or {}).get
-    turns = req.turns
     for model in models:
         fits = task_fits(model, req)
         fits_somewhere |= fits
@@ -247,18 +354,16 @@ def route(
             if load >= 1.0:
                 cand.reason = f"pool {option.pool} is saturated ({load:.0%} busy)"
                 continue
-            try:
-                pred = predict(model.spec, option.deployment, task, load=measured, breakdown=False)
-            except engine_error as exc:
-                cand.reason = f"cannot run: {exc}"
+            timed = evaluate(model.spec, option.deployment, task, measured)
+            if type(timed) is str:
+                cand.reason = timed
                 continue
-            run = simengine.run_median_seconds(pred)
-            own_wait = own_wait_seconds(
-                own_of(option.pool_id), 1.0 / max(1, pred.stream_capacity), now, run
-            )
-            promised = promise_seconds(pred, turns, own_wait)
-            summary = pred.summary()
-            summary["queue_seconds"] = own_wait + pred.queue_seconds
+            base, run, quantile, queue, share = timed
+            own_slots = own_of(option.pool_id)
+            own_wait = 0.0 if own_slots is None else own_wait_seconds(own_slots, share, now, run)
+            promised = own_wait + quantile  # = promise_seconds(pred, turns, own_wait)
+            summary = dict(zip(_SUMMARY_KEYS[0], base, strict=True))  # = pred.summary()
+            summary["queue_seconds"] = own_wait + queue
             summary["total_seconds"] = promised
             summary["run_seconds"] = run
             summary["load"] = measured
@@ -282,15 +387,7 @@ def route(
             if max_cost is not None and cost > max_cost:
                 cand.reason = f"over max_cost: {cost:.6f} > {max_cost}"
                 continue
-            choice = choose_package(
-                ordered_packages,
-                model_id=model.id,
-                family_id=model.family_id,
-                tier_id=option.tier_id,
-                cost=cost,
-                at=now,
-                presorted=True,
-            )
+            choice = pay.choose(model.id, model.family_id, option.tier_id, cost)
             if choice.package is None:
                 cand.reason = choice.reason
                 continue
@@ -299,30 +396,43 @@ def route(
     return _decide(candidates, packages, fits_somewhere, quality)
 
 
+_CHOSEN = {
+    False: "chosen: lowest cost that meets the deadline",
+    True: "chosen: lowest expected cost to a correct result that meets the deadline",
+}
+
+
 def _decide(
     candidates: list[Candidate],
     packages: Sequence[PackageView],
     fits_somewhere: bool,
     quality: bool,
 ) -> RouteDecision:
+    # One pass each, no key functions: the first of equals wins, as min() would.
+    fastest = None
+    for c in candidates:
+        if c.prediction is not None and (
+            fastest is None or c.total_seconds < fastest.total_seconds
+        ):
+            fastest = c
     eligible = [c for c in candidates if c.eligible]
-    runnable = [c for c in candidates if c.prediction is not None]
-    fastest = min(runnable, key=lambda c: c.total_seconds, default=None)
     if eligible:
-
-        def key(c: Candidate):
-            return (c.expected_cost if quality else c.cost, c.total_seconds)
-
-        chosen = min(eligible, key=key)
+        # The cheapest (expected cost to a correct result with `quality`), ties to the
+        # faster: min() over (price, total_seconds).
+        chosen = eligible[0]
+        best = chosen.expected_cost if quality else chosen.cost
+        for c in eligible:
+            price = c.expected_cost if quality else c.cost
+            if price < best or (price == best and c.total_seconds < chosen.total_seconds):
+                chosen, best = c, price
         chosen.chosen = True
-        what = "expected cost to a correct result" if quality else "cost"
-        chosen.reason = f"chosen: lowest {what} that meets the deadline"
-        best = key(chosen)[0]
+        chosen.reason = _CHOSEN[quality]
+        best_text = f"{best:.6f}"
         for c in eligible:
             if c is not chosen:
-                mine = key(c)[0]
+                mine = c.expected_cost if quality else c.cost
                 c.reason = (
-                    f"meets the deadline but costs more ({mine:.6f} > {best:.6f})"
+                    f"meets the deadline but costs more ({mine:.6f} > {best_text})"
                     if mine > best
                     else "meets the deadline at the same cost but slower"
                 )
