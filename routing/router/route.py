@@ -7,6 +7,14 @@ by a quota package; choose the cheapest, ties to the faster.
 pool loads, the time): views, the batch planner and the admin call it alike, and the
 benchmark calls it in a loop. Loading those inputs from the database is
 `routing.router.snapshot`' job.
+
+Its warm path reads two memos whose keys hold every input of what they keep, so they
+change no answer (issue 29): a tier's timing per (model spec, deployment, task shape,
+measured load) (`_TIMINGS`), and the paying package per account state (the packages
+with their balances, and which validity windows hold now) and (model, tier, cost)
+(`_PackageMemo`). `route(..., memo=False)` is the per-candidate engine path without
+them, the oracle of tests/routing/router/test_router_memo.py and the "before" of
+bench/bench_router.py.
 """
 
 from __future__ import annotations
@@ -101,32 +109,39 @@ def _task_profile(
     )
 
 
-# The warm path's per-tier memo: what a tier's timing is for a (model, deployment,
-# task, measured outside load), as a tuple (the prediction's summary items, the typical
-# run, the promised P90 before our own slot wait, the queue's P90, one stream's share of
-# the pool's slots), or the reason it cannot run (a str). A warm decision reads it
-# instead of building a Prediction per candidate. The key holds every input of the
-# answer (the catalog's spec and deployment are frozen values: an edited model or pool
-# is a new key; the engine's parameters are its DEFAULT_PARAMS, fixed for the process),
-# so no entry goes stale. Typed LRU (a load 1 and 1.0 never share an entry) of 65,536
-# entries, ~0.5 kB each with its key (~35 MB at the bound): the loads come from one
-# snapshot a second (routing.router.snapshot), so the decisions of that second share them.
-@functools.lru_cache(maxsize=65_536, typed=True)
+# The warm path's per-tier memo: a tier's timing for a (model spec, deployment, task,
+# measured outside load), as one flat tuple: the prediction's summary values (keys
+# _SUMMARY_KEYS), then the typical run, the promised P90 before our own slot wait, the
+# queue's P90 and one stream's share of the pool's slots; or the reason it cannot run (a
+# str). A warm decision reads it instead of building a Prediction per candidate. The key
+# holds every input of the answer (the catalog's spec and deployment are frozen values:
+# an edited model or pool is a new key; the engine's parameters are its DEFAULT_PARAMS,
+# fixed for the process), so no entry goes stale. Only float loads (or None) are kept,
+# so an int load never shares a float's entry. A plain dict (two objects kept per
+# entry, fewer for the garbage collector to count than an LRU's), emptied when it
+# reaches TIMING_MEMO_SIZE entries (~0.4 kB each with the key, ~25 MB at the bound):
+# the loads come from one snapshot a second (routing.router.snapshot), so the
+# decisions of that second share the entries.
+TIMING_MEMO_SIZE = 65_536
+_TIMINGS: dict[tuple, tuple | str] = {}
+_SUMMARY_KEYS: tuple[str, ...] = ()  # Prediction.summary()'s keys, in order (first use)
+
+
 def _tier_eval(
     spec: simengine.ModelSpec,
     deployment: simengine.Deployment,
     task: simengine.TaskProfile,
     measured: float | None,
 ) -> tuple | str:
+    global _SUMMARY_KEYS
     try:
         pred = simengine.predict(spec, deployment, task, load=measured, breakdown=False)
     except simengine.SimEngineError as exc:
         return f"cannot run: {exc}"
     summary = pred.summary()
-    if _SUMMARY_KEYS[0] is None:
-        _SUMMARY_KEYS[0] = tuple(summary)
+    _SUMMARY_KEYS = _SUMMARY_KEYS or tuple(summary)
     return (
-        tuple(summary.values()),
+        *summary.values(),
         simengine.run_median_seconds(pred),
         promise_seconds(pred, task.turns, 0.0),
         pred.queue_seconds,
@@ -134,9 +149,12 @@ def _tier_eval(
     )
 
 
-# The keys of Prediction.summary(), in its order, read from the first one (the values
-# are memoised as a flat tuple: fewer objects kept per entry).
-_SUMMARY_KEYS: list[tuple[str, ...] | None] = [None]
+def _remember(key: tuple) -> tuple | str:
+    timed = _tier_eval(*key)
+    if len(_TIMINGS) >= TIMING_MEMO_SIZE:
+        _TIMINGS.clear()  # bounded: refilled by the next decisions
+    _TIMINGS[key] = timed
+    return timed
 
 
 class _PackageMemo:
@@ -307,7 +325,7 @@ def route(
     allowed = None if forced else req.tiers
     n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
     # memo=False: the per-candidate engine path, the oracle the memos are tested against.
-    evaluate = _tier_eval if memo else _tier_eval.__wrapped__
+    timings = _TIMINGS.get
     pay = _PackageMemo(ordered_packages, now, memo)
     load_of = loads.get
     own_of = (own or {}).get
@@ -354,15 +372,20 @@ def route(
             if load >= 1.0:
                 cand.reason = f"pool {option.pool} is saturated ({load:.0%} busy)"
                 continue
-            timed = evaluate(model.spec, option.deployment, task, measured)
+            if memo and (measured is None or type(measured) is float):
+                key = (model.spec, option.deployment, task, measured)
+                timed = timings(key) or _remember(key)
+            else:
+                timed = _tier_eval(model.spec, option.deployment, task, measured)
             if type(timed) is str:
                 cand.reason = timed
                 continue
-            base, run, quantile, queue, share = timed
+            n = len(_SUMMARY_KEYS)
+            run, quantile, queue, share = timed[n], timed[n + 1], timed[n + 2], timed[n + 3]
             own_slots = own_of(option.pool_id)
             own_wait = 0.0 if own_slots is None else own_wait_seconds(own_slots, share, now, run)
             promised = own_wait + quantile  # = promise_seconds(pred, turns, own_wait)
-            summary = dict(zip(_SUMMARY_KEYS[0], base, strict=True))  # = pred.summary()
+            summary = dict(zip(_SUMMARY_KEYS, timed, strict=False))  # = pred.summary()
             summary["queue_seconds"] = own_wait + queue
             summary["total_seconds"] = promised
             summary["run_seconds"] = run

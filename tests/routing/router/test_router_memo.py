@@ -144,7 +144,7 @@ def check_choice(decision, quality):
 def test_memoised_decisions_equal_the_per_candidate_engine_path():
     rng = random.Random(29)
     catalog = models()
-    router_route._tier_eval.cache_clear()
+    router_route._TIMINGS.clear()
     router_route._CHOICES.clear()
     outcomes, reasons = set(), set()
     packages = package_sets(rng)
@@ -157,7 +157,7 @@ def test_memoised_decisions_equal_the_per_candidate_engine_path():
             check_choice(fast, kw["quality"])
             outcomes.add(fast.outcome)
             reasons |= {c.reason.split(" ", 1)[0] for c in fast.candidates}
-    assert router_route._tier_eval.cache_info().hits > 0 and router_route._CHOICES
+    assert router_route._TIMINGS and router_route._CHOICES
     # The random cases reach every kind of answer.
     assert outcomes >= {"ok", "deadline", "max_cost", "quota", "context"}
     assert reasons >= {"chosen:", "meets", "misses", "over", "not", "no", "pool", "task", "cannot"}
