@@ -9,7 +9,9 @@ requests (one of K task shapes, random deadline and pool loads: the load sets th
 decode batch) through the real `routing.router.route`, one model per decision. Each
 figure is the median [min-max] of R runs, with the price-only router (the cheapest
 tier, no prediction: the kind of gateway we replace) timed on the same requests in the
-same run. Rows:
+same run, and the router without its memos ("before": the per-candidate engine path it
+had before issue 29) alternating with it. Rates are per second of the process's CPU
+time (CLOCK). Rows:
   (a) first sight: every decision a task shape never seen (its turn table and prefill
       computed cold; the deployments resolved once before);
   (b) warm: a pass after a full warm-up pass over the same requests; "cold" counts the
@@ -20,7 +22,7 @@ same run. Rows:
   (c) steady state: engine caches and the memos emptied, then random shapes from K
       with random loads (cold misses and memo misses included, counted);
   (d) the catalog cliff: (b) at 50 / 200 / 500 models.
-Goals (issue 16): (a), (b) >= 20,000 decisions/s; (d) at 200 and 500 models >= 15,000.
+Goals (issue 29): (b), (d) >= 20,000 decisions/s; (a) >= 10,000.
 Not a test: nothing is asserted.
 """
 
@@ -46,6 +48,7 @@ django.setup()
 
 import simengine  # noqa: E402
 from routing.quota import PackageView  # noqa: E402
+from routing.router import route as router_route  # noqa: E402
 from routing.router.route import ModelOption, RouteRequest, TierOption, route  # noqa: E402
 from simengine import perf, queueing  # noqa: E402
 
@@ -156,6 +159,8 @@ def queue_misses() -> int:
 
 
 def clear_task_caches() -> None:
+    router_route._TIMINGS.clear()
+    router_route._CHOICES.clear()
     perf._default_turns.cache_clear()
     perf._default_prefill.cache_clear()
     perf._default_totals.cache_clear()
@@ -173,21 +178,29 @@ def make_work(models, shapes, n, rng):
     return work
 
 
-def timed(work) -> tuple[float, float, tuple[int, int, int], dict]:
+# The process's CPU time, not the wall clock: the machine is shared (other processes'
+# load swung wall-clock rates 2-4x between passes of the same work, issue 29), and the
+# router is single-threaded Python, so on a quiet machine both agree.
+CLOCK = time.process_time
+
+
+def timed(work, memo: bool = True) -> tuple[float, float, tuple[int, int, int], dict]:
     """(router decisions/s, price-only decisions/s, (cold misses, memo misses, queue memo
-    misses), outcomes) over ``work``."""
+    misses), outcomes) over ``work``. ``memo=False``: the router without its own memos
+    (per-tier timing tuples, package choices): the per-candidate engine path it had
+    before issue 29, timed on the same work for the ratio."""
     outcomes: dict[str, int] = {}
     cold0, memo0, queue0 = cold_count(), memo_misses(), queue_misses()
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for model, req, loads in work:
-        d = route(req, models=[model], packages=PACKAGES, loads=loads, now=NOW)
+        d = route(req, models=[model], packages=PACKAGES, loads=loads, now=NOW, memo=memo)
         outcomes[d.outcome] = outcomes.get(d.outcome, 0) + 1
-    rate = len(work) / (time.perf_counter() - t0)
+    rate = len(work) / (CLOCK() - t0)
     cold = (cold_count() - cold0, memo_misses() - memo0, queue_misses() - queue0)
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for model, req, _ in work:
         price_only(model, req)
-    base = len(work) / (time.perf_counter() - t0)
+    base = len(work) / (CLOCK() - t0)
     return rate, base, cold, outcomes
 
 
@@ -210,61 +223,75 @@ def main() -> None:
     rng = random.Random(7)
     models = catalog(args.models, rng)
     shapes = requests(args.shapes, rng)
-    rows = []  # (name, rates, baselines, colds)
+    rows = []  # (name, rates, before rates, baselines, colds)
 
     def row(name, runs):
-        rates, bases, colds = zip(*[(r, b, c) for r, b, c, _ in runs], strict=True)
-        rows.append((name, list(rates), list(bases), list(colds)))
+        new, old = zip(*runs, strict=True)
+        rates, bases, colds = zip(*[(r, b, c) for r, b, c, _ in new], strict=True)
+        rows.append((name, list(rates), [r for r, *_ in old], list(bases), list(colds)))
 
-    # (a) first sight: fresh shapes every decision (deployments already resolved).
+    def pair(i, new_work, old_work, prepare=lambda: None):
+        # New and before alternate which goes first from run to run (the machine's
+        # load drifts); each measured pass is preceded by `prepare`.
+        out = {}
+        for memo in (True, False) if i % 2 == 0 else (False, True):
+            prepare()
+            out[memo] = timed(new_work if memo else old_work, memo=memo)
+        return out[True], out[False]
+
+    # (a) first sight: fresh shapes every decision (deployments already resolved); the
+    # router and its before each on their own fresh shapes.
     for m in models:
         for t in m.tiers:
             perf._default_serve(m.spec, t.deployment)
     runs = []
-    for _ in range(args.runs):
-        work = make_work(models, requests(args.first, rng), args.first, rng)
-        runs.append(timed(work))
+    for i in range(args.runs):
+        fresh = [make_work(models, requests(args.first, rng), args.first, rng) for _ in "ab"]
+        runs.append(pair(i, *fresh))
     row(f"(a) first sight, {args.models} models", runs)
 
     # (b) warm and (c) steady state, on the same K shapes.
+    def warm(work):
+        def prepare():
+            clear_task_caches()
+            timed(work)  # warm-up pass (the engine's caches and the router's memos)
+
+        return prepare
+
     work = make_work(models, shapes, args.decisions, rng)
-    runs = []
-    for _ in range(args.runs):
-        clear_task_caches()
-        timed(work)  # warm-up pass
-        runs.append(timed(work))
+    runs = [pair(i, work, work, warm(work)) for i in range(args.runs)]
     row(f"(b) warm, {args.models} models", runs)
-    outcomes = runs[-1][3]
+    outcomes = runs[-1][0][3]
     runs = []
-    for _ in range(args.runs):
-        clear_task_caches()
-        runs.append(timed(make_work(models, shapes, args.decisions, rng)))
+    for i in range(args.runs):
+        fresh = [make_work(models, shapes, args.decisions, rng) for _ in "ab"]
+        runs.append(pair(i, *fresh, clear_task_caches))
     row(f"(c) steady state from empty, K={args.shapes}", runs)
 
     # (d) the catalog cliff, warm.
     for n in [int(x) for x in args.cliff.split(",") if x]:
         big = catalog(n, random.Random(n))
         work = make_work(big, shapes, args.decisions, rng)
-        runs = []
-        for _ in range(args.runs):
-            clear_task_caches()
-            timed(work)
-            runs.append(timed(work))
+        runs = [pair(i, work, work, warm(work)) for i in range(args.runs)]
         row(f"(d) warm, {n} models", runs)
 
     print(
         f"{len(TIERS)} tiers a model; K={args.shapes} task shapes; {args.decisions:,} decisions "
-        f"a warm/steady run, {args.first:,} a first-sight run; median [min-max] of {args.runs}"
+        f"a warm/steady run, {args.first:,} a first-sight run; median [min-max] of {args.runs}; "
+        "before: the same router without its memos (memo=False, the path before issue 29), "
+        "alternating with it in each run; x before: the median of the runs' ratios"
     )
     print(
-        f"{'':38} {'router decisions/s':>24} {'price-only decisions/s':>26} {'ratio':>6} "
-        "cold memo-miss queue-miss"
+        f"{'':34} {'router decisions/s':>24} {'before':>22} {'x before':>8} "
+        f"{'price-only':>24} {'ratio':>5} cold memo-miss queue-miss"
     )
-    for name, rates, bases, colds in rows:
+    for name, rates, olds, bases, colds in rows:
         ratio = statistics.median(rates) / statistics.median(bases)
+        speedup = statistics.median(r / o for r, o in zip(rates, olds, strict=True))
         cold, memo, queue = (max(c[i] for c in colds) for i in range(3))
         print(
-            f"{name:38} {fmt(rates):>24} {fmt(bases):>26} {ratio:6.2f} {cold:4} {memo:9} {queue:10}"
+            f"{name:34} {fmt(rates):>24} {fmt(olds):>22} {speedup:8.2f} {fmt(bases):>24} "
+            f"{ratio:5.2f} {cold:4} {memo:9} {queue:10}"
         )
     print(f"outcomes of a warm run: {outcomes}")
     print(

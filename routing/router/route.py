@@ -7,19 +7,34 @@ by a quota package; choose the cheapest, ties to the faster.
 pool loads, the time): views, the batch planner and the admin call it alike, and the
 benchmark calls it in a loop. Loading those inputs from the database is
 `routing.router.snapshot`' job.
+
+Its warm path reads two memos whose keys hold every input of what they keep, so they
+change no answer (issue 29): a tier's timing per (model spec, deployment, task shape,
+measured load) (`_TIMINGS`), and the paying package per account state (the packages
+with their balances, and which validity windows hold now) and (model, tier, cost)
+(`_PackageMemo`). `route(..., memo=False)` is the per-candidate engine path without
+them, the oracle of tests/routing/router/test_router_memo.py and the "before" of
+bench/bench_router.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import simengine
-from routing.quota import PackageView, choose_package, earliest_reset, payment_order
+from routing.quota import (
+    PackageChoice,
+    PackageView,
+    choose_package,
+    earliest_reset,
+    payment_order,
+)
 from routing.router.timing import OwnSlots, own_wait_seconds, promise_seconds
 
 MILLION = Decimal(1_000_000)
@@ -94,7 +109,115 @@ def _task_profile(
     )
 
 
-@dataclass
+# The warm path's per-tier memo: a tier's timing for a (model spec, deployment, task,
+# measured outside load), as one flat tuple: the prediction's summary values (keys
+# _SUMMARY_KEYS), then the typical run, the promised P90 before our own slot wait, the
+# queue's P90 and one stream's share of the pool's slots; or the reason it cannot run (a
+# str). A warm decision reads it instead of building a Prediction per candidate. The key
+# holds every input of the answer (the catalog's spec and deployment are frozen values:
+# an edited model or pool is a new key; the engine's parameters are its DEFAULT_PARAMS,
+# fixed for the process), so no entry goes stale. Only float loads (or None) are kept,
+# so an int load never shares a float's entry. A plain dict (two objects kept per
+# entry, fewer for the garbage collector to count than an LRU's), emptied when it
+# reaches TIMING_MEMO_SIZE entries (~0.4 kB each with the key, ~25 MB at the bound):
+# the loads come from one snapshot a second (routing.router.snapshot), so the
+# decisions of that second share the entries.
+TIMING_MEMO_SIZE = 65_536
+_TIMINGS: dict[tuple, tuple | str] = {}
+_SUMMARY_KEYS: tuple[str, ...] = ()  # Prediction.summary()'s keys, in order (first use)
+
+
+def _tier_eval(
+    spec: simengine.ModelSpec,
+    deployment: simengine.Deployment,
+    task: simengine.TaskProfile,
+    measured: float | None,
+) -> tuple | str:
+    global _SUMMARY_KEYS
+    try:
+        pred = simengine.predict(spec, deployment, task, load=measured, breakdown=False)
+    except simengine.SimEngineError as exc:
+        return f"cannot run: {exc}"
+    summary = pred.summary()
+    _SUMMARY_KEYS = _SUMMARY_KEYS or tuple(summary)
+    return (
+        *summary.values(),
+        simengine.run_median_seconds(pred),
+        promise_seconds(pred, task.turns, 0.0),
+        pred.queue_seconds,
+        1.0 / max(1, pred.stream_capacity),
+    )
+
+
+def _remember(key: tuple) -> tuple | str:
+    timed = _tier_eval(*key)
+    if len(_TIMINGS) >= TIMING_MEMO_SIZE:
+        _TIMINGS.clear()  # bounded: refilled by the next decisions
+    _TIMINGS[key] = timed
+    return timed
+
+
+class _PackageMemo:
+    """`choose_package` for one request's packages, memoised per account state.
+
+    The state is the packages themselves (every field: balances, scopes, order) and,
+    for each, whether `now` is inside its validity window: the only way `now` enters the
+    choice. A spend, a top-up or any edit of a package is another state, so a memoised
+    choice is never stale; equal states (the requests of an account between two
+    spends) share the entries. One hash of the state per request, then small keys.
+    """
+
+    __slots__ = ("_version", "_packages", "_now", "_memo")
+
+    def __init__(self, ordered: Sequence[PackageView], now: dt.datetime, memo: bool = True):
+        self._packages, self._now, self._memo = ordered, now, memo
+        if not memo:  # every choice made afresh: the oracle
+            return
+        state = tuple(
+            (
+                p,
+                p.valid_from is None or now >= p.valid_from,
+                p.valid_until is None or now < p.valid_until,
+            )
+            for p in ordered
+        )
+        self._version = _package_version(state)
+
+    def choose(self, model_id: int, family_id: int, tier_id: int, cost: Decimal) -> PackageChoice:
+        memo = self._memo
+        key = (self._version, model_id, family_id, tier_id, cost) if memo else None
+        choice = _CHOICES.get(key)  # no None key is stored: without the memo, always made
+        if choice is None:
+            choice = choose_package(
+                self._packages,
+                model_id=model_id,
+                family_id=family_id,
+                tier_id=tier_id,
+                cost=cost,
+                at=self._now,
+                presorted=True,
+            )
+            if memo:
+                if len(_CHOICES) >= CHOICE_MEMO_SIZE:
+                    _CHOICES.clear()  # bounded: refilled by the next requests
+                _CHOICES[key] = choice
+        return choice
+
+
+# Account states seen lately, each numbered once (a version: a state evicted and seen
+# again gets a new number, its old choices unreachable until cleared), and the choices
+# per (version, model, family, tier, cost). Bounded; both are per process.
+CHOICE_MEMO_SIZE = 65_536
+_CHOICES: dict[tuple, PackageChoice] = {}
+_versions = itertools.count(1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _package_version(state: tuple) -> int:
+    return next(_versions)
+
+
+@dataclass(slots=True)
 class Candidate:
     model: str
     tier: str
@@ -178,6 +301,7 @@ def route(
     now: dt.datetime,
     quality: bool = False,
     own: Mapping[int, OwnSlots] | None = None,
+    memo: bool = True,
 ) -> RouteDecision:
     """Evaluate every tier of every model given and choose.
 
@@ -200,10 +324,11 @@ def route(
     forced, deadline, max_cost = req.tier, req.deadline_seconds, req.max_cost
     allowed = None if forced else req.tiers
     n_input, n_output = Decimal(req.input_tokens), Decimal(req.output_tokens)  # exact
-    predict, engine_error = simengine.predict, simengine.SimEngineError
+    # memo=False: the per-candidate engine path, the oracle the memos are tested against.
+    timings = _TIMINGS.get
+    pay = _PackageMemo(ordered_packages, now, memo)
     load_of = loads.get
     own_of = (own or {}).get
-    turns = req.turns
     for model in models:
         fits = task_fits(model, req)
         fits_somewhere |= fits
@@ -247,18 +372,21 @@ def route(
             if load >= 1.0:
                 cand.reason = f"pool {option.pool} is saturated ({load:.0%} busy)"
                 continue
-            try:
-                pred = predict(model.spec, option.deployment, task, load=measured, breakdown=False)
-            except engine_error as exc:
-                cand.reason = f"cannot run: {exc}"
+            if memo and (measured is None or type(measured) is float):
+                key = (model.spec, option.deployment, task, measured)
+                timed = timings(key) or _remember(key)
+            else:
+                timed = _tier_eval(model.spec, option.deployment, task, measured)
+            if type(timed) is str:
+                cand.reason = timed
                 continue
-            run = simengine.run_median_seconds(pred)
-            own_wait = own_wait_seconds(
-                own_of(option.pool_id), 1.0 / max(1, pred.stream_capacity), now, run
-            )
-            promised = promise_seconds(pred, turns, own_wait)
-            summary = pred.summary()
-            summary["queue_seconds"] = own_wait + pred.queue_seconds
+            n = len(_SUMMARY_KEYS)
+            run, quantile, queue, share = timed[n], timed[n + 1], timed[n + 2], timed[n + 3]
+            own_slots = own_of(option.pool_id)
+            own_wait = 0.0 if own_slots is None else own_wait_seconds(own_slots, share, now, run)
+            promised = own_wait + quantile  # = promise_seconds(pred, turns, own_wait)
+            summary = dict(zip(_SUMMARY_KEYS, timed, strict=False))  # = pred.summary()
+            summary["queue_seconds"] = own_wait + queue
             summary["total_seconds"] = promised
             summary["run_seconds"] = run
             summary["load"] = measured
@@ -282,15 +410,7 @@ def route(
             if max_cost is not None and cost > max_cost:
                 cand.reason = f"over max_cost: {cost:.6f} > {max_cost}"
                 continue
-            choice = choose_package(
-                ordered_packages,
-                model_id=model.id,
-                family_id=model.family_id,
-                tier_id=option.tier_id,
-                cost=cost,
-                at=now,
-                presorted=True,
-            )
+            choice = pay.choose(model.id, model.family_id, option.tier_id, cost)
             if choice.package is None:
                 cand.reason = choice.reason
                 continue
@@ -299,30 +419,43 @@ def route(
     return _decide(candidates, packages, fits_somewhere, quality)
 
 
+_CHOSEN = {
+    False: "chosen: lowest cost that meets the deadline",
+    True: "chosen: lowest expected cost to a correct result that meets the deadline",
+}
+
+
 def _decide(
     candidates: list[Candidate],
     packages: Sequence[PackageView],
     fits_somewhere: bool,
     quality: bool,
 ) -> RouteDecision:
+    # One pass each, no key functions: the first of equals wins, as min() would.
+    fastest = None
+    for c in candidates:
+        if c.prediction is not None and (
+            fastest is None or c.total_seconds < fastest.total_seconds
+        ):
+            fastest = c
     eligible = [c for c in candidates if c.eligible]
-    runnable = [c for c in candidates if c.prediction is not None]
-    fastest = min(runnable, key=lambda c: c.total_seconds, default=None)
     if eligible:
-
-        def key(c: Candidate):
-            return (c.expected_cost if quality else c.cost, c.total_seconds)
-
-        chosen = min(eligible, key=key)
+        # The cheapest (expected cost to a correct result with `quality`), ties to the
+        # faster: min() over (price, total_seconds).
+        chosen = eligible[0]
+        best = chosen.expected_cost if quality else chosen.cost
+        for c in eligible:
+            price = c.expected_cost if quality else c.cost
+            if price < best or (price == best and c.total_seconds < chosen.total_seconds):
+                chosen, best = c, price
         chosen.chosen = True
-        what = "expected cost to a correct result" if quality else "cost"
-        chosen.reason = f"chosen: lowest {what} that meets the deadline"
-        best = key(chosen)[0]
+        chosen.reason = _CHOSEN[quality]
+        best_text = f"{best:.6f}"
         for c in eligible:
             if c is not chosen:
-                mine = key(c)[0]
+                mine = c.expected_cost if quality else c.cost
                 c.reason = (
-                    f"meets the deadline but costs more ({mine:.6f} > {best:.6f})"
+                    f"meets the deadline but costs more ({mine:.6f} > {best_text})"
                     if mine > best
                     else "meets the deadline at the same cost but slower"
                 )
