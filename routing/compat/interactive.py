@@ -277,7 +277,7 @@ async def _serve(request, endpoint: str) -> HttpResponse:
     else:
         try:
             await _sleep_until(started.timeline.finishes_at)
-            job = await _db(_finish)(job.pk)
+            job = await _db(_finish)(job)
         except asyncio.CancelledError:
             # With an Idempotency-Key the job runs to its end (the sweeper settles it)
             # so that the client's retry gets the answer; without, it is abandoned.
@@ -302,9 +302,11 @@ async def _serve(request, endpoint: str) -> HttpResponse:
     return _set_headers(JsonResponse(build(req, job)), headers)
 
 
-def _finish(job_id) -> Job:
-    interactive_finish(job_id)
-    return Job.objects.select_related("model", "tier").get(pk=job_id)
+def _finish(job: Job) -> Job:
+    """Settle the job the start returned, from memory (no read); read only when it
+    had ended otherwise meanwhile (abandoned, swept, cancelled)."""
+    done = interactive_finish(job.pk, job=job)
+    return done or Job.objects.select_related("model", "tier").get(pk=job.pk)
 
 
 async def _sleep_until(at) -> None:
@@ -480,7 +482,7 @@ async def _chat_events(req: params.Interactive, started: Interactive) -> AsyncIt
         if calls:
             delta["tool_calls"] = calls
         yield _sse(openai_shapes.chat_chunk(**common, delta=delta))
-    done = await _db(_finish)(job.pk)
+    done = await _db(_finish)(job)
     if done.status == Job.Status.SUCCEEDED:
         reason, inp, out = answer.finish_reason, done.input_tokens, done.output_tokens
     else:  # cancelled or failed while streaming: charged for what was delivered
@@ -534,7 +536,7 @@ async def _response_events(req: params.Interactive, started: Interactive) -> Asy
 
 async def _final_response(req, job) -> tuple[dict, str]:
     """The response when its stream ends, and the last event's type."""
-    done = await _db(_finish)(job.pk)
+    done = await _db(_finish)(job)
     if done.status == Job.Status.SUCCEEDED:
         final = _response_body(req, done)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"

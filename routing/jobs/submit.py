@@ -86,7 +86,9 @@ def job_submit(
     scopes.check_spend(api_key, chosen.cost, at)
     taken = None
     try:
-        with transaction.atomic():
+        # A savepoint (two statements) only where an IntegrityError is expected and
+        # handled (a concurrent Idempotency-Key), inside a caller's transaction.
+        with transaction.atomic(savepoint=idempotency_key is not None):
             if idempotency_key:
                 _lock_idempotency_key(account, idempotency_key)
             job_id = job_id or uuid.uuid4()
