@@ -202,6 +202,7 @@ def _start_one(
             api_key=key,
             lock_pool=True,  # the claim below books its slot: the pool before the insert
             fields={"answer": answer} if answer is not None else None,
+            savepoint=False,  # a refusal leaves this transaction (rolled back)
         )
         if sub.created:
             job = job_claim(

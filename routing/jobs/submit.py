@@ -54,6 +54,7 @@ def job_submit(
     api_key: ApiKey | None = None,
     lock_pool: bool = False,
     fields: dict | None = None,
+    savepoint: bool = True,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
@@ -68,6 +69,8 @@ def job_submit(
     job's slot in the same transaction (the new job then comes with its pool's
     device and nodes, and its model's spec: what routing.jobs.worker.job_claim needs).
     `fields`: more of the new job's columns (an interactive answer's plan).
+    `savepoint=False`: the caller's transaction ends (rolled back) on any exception
+    from here, so no savepoint is needed inside it.
 
     On PostgreSQL the database work after the quote is one statement (with an
     Idempotency-Key, two): the pool locked, the model's lifecycle read, the hold, the
@@ -86,9 +89,10 @@ def job_submit(
     scopes.check_spend(api_key, chosen.cost, at)
     taken = None
     try:
-        # A savepoint (two statements) only where an IntegrityError is expected and
-        # handled (a concurrent Idempotency-Key), inside a caller's transaction.
-        with transaction.atomic(savepoint=idempotency_key is not None):
+        # Inside a caller's transaction: a savepoint (two statements) unless the caller
+        # rolls back on whatever this raises (`savepoint=False`), and always where an
+        # IntegrityError is handled here (a concurrent Idempotency-Key).
+        with transaction.atomic(savepoint=savepoint or idempotency_key is not None):
             if idempotency_key:
                 _lock_idempotency_key(account, idempotency_key)
             job_id = job_id or uuid.uuid4()
