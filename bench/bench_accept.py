@@ -13,13 +13,16 @@ trees in turn, in reverse order every other round. Every tree runs on this check
 virtualenv. Each round, for each tree, one child process:
 - in process (Django's test client, the whole middleware stack, as profile_quote.py):
   `POST /api/v1/quotes` (the GDP-Val-shaped flagship quote of the README) and
-  `POST /api/v1/jobs` (tests.stack.SMALL, Standard), --n of each after a warm-up;
+  `POST /api/v1/jobs` (tests.stack.SMALL, Standard), --n of each after a warm-up,
+  then the worker's share: `job_run` of each job accepted (its simulated run has ended
+  at the claim, so claim, slot booking and settlement are one task);
 - over HTTP: the tree's web server as deployed (gunicorn, one uvicorn worker, ASGI;
   tests.realparts.web_argv), one client on a persistent connection, --http-n of each;
 and every accepted job is then run and finished in the child (untimed), as a worker
 would, so the pool and the package stay as they were. Prints each round's medians, then
 per tree and measurement the median [min-max] over rounds of the per-round medians, and
-the statements each request takes (median of 21). Not a test: nothing is asserted.
+the statements each request (and a job's run) takes (median of 21; BEGIN and COMMIT
+count). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ from bench_quotes_http import QUOTE_BODY as QUOTE  # noqa: E402
 
 from tests.stack import SMALL as JOB  # noqa: E402  (the tests' short flagship job)
 
-MEASURES = ("quote in process", "job accept in process", "quote HTTP", "job accept HTTP")
+MEASURES = (
+    "quote in process",
+    "job accept in process",
+    "job run in process",
+    "quote HTTP",
+    "job accept HTTP",
+)
 
 
 def settings_env(database_url: str) -> dict[str, str]:
@@ -115,6 +124,15 @@ def child(tree: Path, database_url: str, key: str, n: int, http_n: int) -> None:
     settle()
     out = {"quote in process": timed(quote, n)}
     out["job accept in process"] = timed(accept, n)
+    # The worker's share: job_run on each job just accepted (its simulated run has
+    # ended at the claim: claim, slot booking and settlement in one task).
+    runs, jobs = [], list(accepted)
+    for job_id in jobs:
+        t0 = time.perf_counter()
+        done = worker.job_run(job_id)
+        runs.append(time.perf_counter() - t0)
+        assert done is not None
+    out["job run in process"] = statistics.median(runs) * 1000
     settle()
     for name, fn in (("quote statements", quote), ("job accept statements", accept)):
         counts = []
@@ -123,6 +141,12 @@ def child(tree: Path, database_url: str, key: str, n: int, http_n: int) -> None:
                 fn()
             counts.append(len(ctx.captured_queries))
         out[name] = statistics.median(counts)
+    counts = []
+    for job_id in accepted[-21:]:
+        with CaptureQueriesContext(connection) as ctx:
+            worker.job_run(job_id)
+        counts.append(len(ctx.captured_queries))
+    out["job run statements"] = statistics.median(counts)
     settle()
     connection.close()
 
@@ -312,7 +336,7 @@ def main() -> None:
         for m in MEASURES:
             row = [spread([res[m] for res in results[label]]) for label in labels]
             print(f"| {m} (ms) | {' | '.join(row)} |")
-        for m in ("quote statements", "job accept statements"):
+        for m in ("quote statements", "job accept statements", "job run statements"):
             row = [str(results[label][-1][m]) for label in labels]
             print(f"| {m} | {' | '.join(row)} |")
     finally:

@@ -109,8 +109,9 @@ def run(jobs: int) -> dict:
         job_id = resp.json()["id"]
         job = measure("run", worker.job_run, job_id)
         assert job is not None
-        at = max(timezone.now(), job.finishes_at)
-        assert measure("finish", worker.job_finish, job_id, at=at) is not None
+        if job.status == "running":  # its run ends later: the finish message's work
+            at = max(timezone.now(), job.finishes_at)
+            assert measure("finish", worker.job_finish, job_id, at=at) is not None
     return steps
 
 
@@ -119,6 +120,9 @@ def report(steps: dict, jobs: int, where: str) -> None:
     print("(2-core machine shared with other work: times are noisy upper bounds)\n")
     total_n = total_t = 0.0
     for name, s in steps.items():
+        if not s["n"]:
+            print(f"  {name:<7} not needed (every job settled in its run)")
+            continue
         n = statistics.median(s["n"])
         t = statistics.median(s["t"]) * 1000
         total_n += n

@@ -323,13 +323,10 @@ def _begin_and_finish(request, endpoint: str):
 
 
 def _finish(job: Job) -> Job:
-    """The job settled at its end (`job`: as it started, model and tier loaded); as it
-    stands when it had ended otherwise (cancelled, abandoned, swept)."""
-    done = interactive_finish(job.pk)
-    if done is None:
-        return Job.objects.select_related("model", "tier").get(pk=job.pk)
-    done.model, done.tier = job.model, job.tier  # the same rows: not read again
-    return done
+    """Settle the job the start returned, from memory (no read); read only when it
+    had ended otherwise meanwhile (abandoned, swept, cancelled)."""
+    done = interactive_finish(job.pk, job=job)
+    return done or Job.objects.select_related("model", "tier").get(pk=job.pk)
 
 
 async def _sleep_until(at) -> None:

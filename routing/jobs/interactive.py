@@ -185,6 +185,9 @@ FALLBACK_OUTCOMES = frozenset({"deadline", "quota", "max_cost"})
 def _start_one(
     account, model, request, prompt, payload, stream, idempotency_key, at, key, job_id, answer
 ):
+    # One transaction: on PostgreSQL the job written with its reservation, its pool
+    # locked and its model read (one statement), then its slot booked from the job in
+    # memory (one write); the answer's plan and a stream's count go in those writes.
     with transaction.atomic():
         sub = job_submit(
             account=account,
@@ -198,31 +201,40 @@ def _start_one(
             route_model=model,
             api_key=key,
             lock_pool=True,  # the claim below books its slot: the pool before the insert
+            fields={"answer": answer} if answer is not None else None,
+            savepoint=False,  # a refusal leaves this transaction (rolled back)
         )
-        if sub.created and answer is not None:
-            Job.objects.filter(pk=sub.job.pk).update(answer=answer)
         if sub.created:
-            claimed = job_claim(sub.job.pk, at=at)
-            if stream and claimed is not None and claimed.status == Job.Status.RUNNING:
-                Job.objects.filter(pk=claimed.pk).update(delivered_tokens=0)
-    job = Job.objects.select_related("model", "tier", "pool").get(pk=sub.job.pk)
+            job = job_claim(
+                sub.job.pk,
+                at=at,
+                job=sub.job,
+                also={"delivered_tokens": 0} if stream else None,
+            )
     if not sub.created:
+        job = Job.objects.select_related("model", "tier", "pool").get(pk=sub.job.pk)
         return Interactive(job, timeline_of(job) if job.started_at else None, replayed=True)
     if job.status != Job.Status.RUNNING:  # the engine refused it (released already)
         raise InteractiveFailed(job.error or "The simulated engine cannot run this request.")
     return Interactive(job, timeline_of(job))
 
 
-def interactive_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
+def interactive_finish(job_id, *, at: dt.datetime | None = None, job: Job | None = None):
     """The answer was generated to its end: settle the job (the quoted cost), as the
-    worker does. None when it ended otherwise already (abandoned, swept, cancelled)."""
-    job = Job.objects.filter(pk=job_id).only("finishes_at").first()
+    worker does. None when it ended otherwise already (abandoned, swept, cancelled).
+    `job`: the job as interactive_start returned it (not read again; returned settled,
+    its model and tier as loaded)."""
     if job is None:
-        return None
+        job = Job.objects.filter(pk=job_id).only("finishes_at").first()
+        if job is None:
+            return None
+        finishes_at, job = job.finishes_at, None
+    else:
+        finishes_at = job.finishes_at
     at = at or timezone.now()
-    if job.finishes_at and at < job.finishes_at:
-        at = job.finishes_at  # a tick early by the event loop's clock: it is due
-    return job_finish(job_id, at=at)
+    if finishes_at and at < finishes_at:
+        at = finishes_at  # a tick early by the event loop's clock: it is due
+    return job_finish(job_id, at=at, job=job)
 
 
 def partial_cost(job: Job, generated: int) -> Decimal:

@@ -19,12 +19,14 @@ from routing.accounts import scopes
 from routing.core import dispatch, tasknames
 from routing.core.clock import sim_scale, wall
 from routing.jobs.errors import IdempotencyConflict, IdempotencyMismatch, NoTierChosen
+from routing.jobs.worker import MODEL_SPEC
 from routing.models import Account, ApiKey, Job, QuotaPackage
 from routing.quota.ratelimits import take_for_work
 from routing.router import occupancy
 from routing.router.quotes import Quote, quote_build
 from routing.router.resolve import ModelRetired
 from routing.router.route import RouteRequest
+from routing.router.snapshot import catalog_rows
 
 
 def fingerprint(payload: dict) -> str:
@@ -51,6 +53,8 @@ def job_submit(
     route_model: str | None = None,
     api_key: ApiKey | None = None,
     lock_pool: bool = False,
+    fields: dict | None = None,
+    savepoint: bool = True,
 ) -> Submission:
     """Quote, then write the job and its quota reservation in one transaction; the
     worker's task is sent after commit (`send=False`: the caller runs the job itself,
@@ -62,7 +66,15 @@ def job_submit(
     `api_key`: the key that sent it (its scopes checked: routing.accounts.scopes); the payload's `user` and `metadata` (bounded by
     the caller's validation) are recorded on the job too. `lock_pool`: lock the chosen
     pool's row first (routing.router.occupancy.pool_lock), for a caller that books the
-    job's slot in the same transaction."""
+    job's slot in the same transaction (the new job then comes with its pool's
+    device and nodes, and its model's spec: what routing.jobs.worker.job_claim needs).
+    `fields`: more of the new job's columns (an interactive answer's plan).
+    `savepoint=False`: the caller's transaction ends (rolled back) on any exception
+    from here, so no savepoint is needed inside it.
+
+    On PostgreSQL the database work after the quote is one statement (with an
+    Idempotency-Key, two): the pool locked, the model's lifecycle read, the hold, the
+    reservation, its ledger row and the job row (ledger.Alongside)."""
     at = at or timezone.now()
     digest = fingerprint({**payload, "prompt": prompt})
     if idempotency_key:
@@ -77,29 +89,57 @@ def job_submit(
     scopes.check_spend(api_key, chosen.cost, at)
     taken = None
     try:
-        with transaction.atomic():
-            if lock_pool and chosen.pool_id is not None:
-                occupancy.pool_lock(chosen.pool_id)
+        # Inside a caller's transaction: a savepoint (two statements) unless the caller
+        # rolls back on whatever this raises (`savepoint=False`), and always where an
+        # IntegrityError is handled here (a concurrent Idempotency-Key).
+        with transaction.atomic(savepoint=savepoint or idempotency_key is not None):
             if idempotency_key:
                 _lock_idempotency_key(account, idempotency_key)
-            # The quote read a cached catalog: re-check the lifecycle on the row itself
-            # (its dates only; the successors are read when it is not serving).
-            model = ModelVersion.objects.only(*LIFECYCLE_READ).get(slug=chosen.model)
-            if not lifecycle.is_serving(model, at):
-                res = lifecycle.resolve_successor(model, at)
-                raise ModelRetired(model, res.model if res.model.pk != model.pk else None, res.tier)
             job_id = job_id or uuid.uuid4()
-            reservation = quota.quota_reserve_for(
-                account=account,
-                model_id=model.pk,
-                family_id=model.family_id,
-                tier_id=chosen.tier_id,
-                amount=chosen.cost,
-                reference=f"job:{job_id}",
-                at=at,
-                note=f"job {job_id}",
-                packages=q.packages,
-            )
+            # The quote read a cached catalog: the model's ids from it, its lifecycle
+            # re-checked on the row itself (its dates only; the successors are read
+            # when it is not serving), in the reservation's statement on PostgreSQL.
+            known = _catalog_model(chosen.model)
+            job = _new_job(
+                job_id, account, route_model, request, prompt, idempotency_key, digest, q,
+                known.pk, at, api_key.pk if api_key is not None else None, payload, fields,
+            )  # fmt: skip
+            pool_id = chosen.pool_id if lock_pool else None
+            along = _insert_along(job, chosen.model, pool_id)
+            try:
+                reservation = quota.quota_reserve_for(
+                    account=account,
+                    model_id=known.pk,
+                    family_id=known.family_id,
+                    tier_id=chosen.tier_id,
+                    amount=chosen.cost,
+                    reference=f"job:{job_id}",
+                    at=at,
+                    note=f"job {job_id}",
+                    packages=q.packages,
+                    along=along,
+                )
+            except quota.QuotaExhausted:
+                _lifecycle_check(_model_of(along) or _model_read(chosen.model), at)
+                raise
+            if along is not None and along.done:
+                model = _model_of(along)
+                if model is None or model.pk != known.pk:
+                    raise ModelVersion.DoesNotExist(f"No model {chosen.model!r}.")
+                _lifecycle_check(model, at)
+            else:  # SQLite, or a reservation that existed already: the ORM's way
+                if pool_id is not None:
+                    occupancy.pool_lock(pool_id)
+                model = _model_read(chosen.model)
+                _lifecycle_check(model, at)
+                job.model_id, job.package_id = model.pk, reservation.package_id
+                job.reservation = reservation
+                job.save(force_insert=True)
+            job.model, job.reservation = model, reservation
+            job.package_id = reservation.package_id
+            job._state.adding, job._state.db = False, connection.alias
+            if along is not None and along.done and pool_id is not None:
+                job.pool = _pool_of(along, chosen)
             # Counted when accepted, across every replica: the account's tokens and the
             # paying package's requests and tokens (RateLimited rolls the job back).
             taken = take_for_work(
@@ -108,21 +148,6 @@ def job_submit(
                 package_id=reservation.package_id,
                 tokens=request.input_tokens + request.output_tokens,
                 package_limits=_limits_read(q, reservation.package_id),
-            )
-            job = _create_job(
-                job_id,
-                account,
-                route_model,
-                request,
-                prompt,
-                idempotency_key,
-                digest,
-                q,
-                model,
-                reservation,
-                at,
-                api_key.pk if api_key is not None else None,
-                payload,
             )
             _related_from_memory(job, q)
             if send:
@@ -189,12 +214,21 @@ def _lock_idempotency_key(account: Account, key: str) -> None:
     # elsewhere the unique constraint still prevents a second job.
     if connection.vendor != "postgresql":
         return
+    # One statement: the lock tried, and whether a job has the key already (a job
+    # committed after this statement's snapshot is met by the unique index instead).
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [idempotency_lock_id(account.pk, key)])
-        if not cur.fetchone()[0]:
-            raise IdempotencyConflict("A request with this Idempotency-Key is in progress.")
-    if Job.objects.filter(account=account, idempotency_key=key).exists():
+        cur.execute(_KEY_LOCK_SQL, [idempotency_lock_id(account.pk, key), account.pk, key])
+        locked, taken = cur.fetchone()
+    if not locked:
+        raise IdempotencyConflict("A request with this Idempotency-Key is in progress.")
+    if taken:
         raise IntegrityError("idempotency key taken")  # finished meanwhile: replay it
+
+
+_KEY_LOCK_SQL = (
+    "SELECT pg_try_advisory_xact_lock(%s), EXISTS (SELECT 1 FROM "
+    f"{Job._meta.db_table} WHERE account_id = %s AND idempotency_key = %s)"
+)
 
 
 def placement_fields(
@@ -215,11 +249,11 @@ def placement_fields(
         "predicted_completion_at": at + wall(pred["total_seconds"]),
         "slot_share": 1.0 / max(1, pred["stream_capacity"]),
         "reservation": reservation,
-        "package_id": reservation.package_id,
+        "package_id": reservation.package_id if reservation is not None else None,
     }
 
 
-def _create_job(
+def _new_job(
     job_id,
     account,
     requested,
@@ -228,14 +262,16 @@ def _create_job(
     key,
     digest,
     q: Quote,
-    model,
-    reservation,
+    model_id: int,
     at,
     api_key_id=None,
     who: dict | None = None,
+    fields: dict | None = None,
 ) -> Job:
+    """The new job in memory (not saved; its reservation is set when written)."""
     who = who or {}
-    return Job.objects.create(
+    c = q.decision.chosen
+    return Job(
         id=job_id,
         account=account,
         api_key_id=api_key_id,
@@ -244,7 +280,7 @@ def _create_job(
         idempotency_key=key,
         request_fingerprint=digest,
         requested_model=requested,
-        model=model,
+        model_id=model_id,
         requested_tier=request.tier,
         input_tokens=request.input_tokens,
         output_tokens=request.output_tokens,
@@ -255,7 +291,92 @@ def _create_job(
         prompt=prompt,
         last_sent_at=at,
         created_at=at,
-        **placement_fields(q.decision.chosen, reservation, at),
+        **placement_fields(c, None, at),
+        **(fields or {}),
+    )
+
+
+def _catalog_model(slug: str) -> ModelVersion:
+    """The model as the quote's cached catalog has it (its ids)."""
+    for m in catalog_rows():
+        if m.slug == slug:
+            return m
+    return _model_read(slug)
+
+
+def _model_read(slug: str) -> ModelVersion:
+    return ModelVersion.objects.only(*LIFECYCLE_READ, *MODEL_SPEC).get(slug=slug)
+
+
+def _lifecycle_check(model: ModelVersion, at: dt.datetime) -> None:
+    if not lifecycle.is_serving(model, at):
+        res = lifecycle.resolve_successor(model, at)
+        raise ModelRetired(model, res.model if res.model.pk != model.pk else None, res.tier)
+
+
+# The job row written in the reservation's statement (PostgreSQL): every column from
+# the job in memory, its reservation from `res`; with the model's row read (lifecycle
+# and spec) and, for a caller that books the slot, the pool locked and read.
+_JOB = Job._meta.db_table
+_MODEL_READ = (*LIFECYCLE_READ, *(c for c in MODEL_SPEC if c not in LIFECYCLE_READ))
+_POOL_READ = ("device", "nodes")
+
+
+def _insert_ctes(lock: bool) -> tuple[str, str, str]:
+    cols = [f for f in Job._meta.concrete_fields]
+    from_res = {"reservation_id": "res.id", "package_id": "res.package_id"}
+    values = ", ".join(from_res.get(f.attname, f"%(j_{f.attname})s") for f in cols)
+    lk = (
+        f", lk AS (SELECT id, {', '.join(_POOL_READ)} FROM {HardwarePool._meta.db_table} "
+        "WHERE id = %(lock_pool)s FOR NO KEY UPDATE)"
+        if lock
+        else ""
+    )
+    columns = ", ".join(f'"{f.column}"' for f in cols)
+    ctes = (
+        f"{lk}, m AS (SELECT {', '.join(_MODEL_READ)} "
+        f"FROM {ModelVersion._meta.db_table} WHERE slug = %(model_slug)s), "
+        f"j AS (INSERT INTO {_JOB} ({columns}) "
+        f"SELECT {values} FROM res)"
+    )
+    select = ", ".join([f"m.{c}" for c in _MODEL_READ] + [f"lk.{c}" for c in _POOL_READ if lock])
+    joins = "LEFT JOIN m ON true" + (" LEFT JOIN lk ON true" if lock else "")
+    return ctes, select, joins
+
+
+_INSERT = {lock: _insert_ctes(lock) for lock in (False, True)}
+
+
+def _insert_along(job: Job, slug: str, lock_pool: int | None) -> quota.Alongside | None:
+    """The job's row (and the model's read, the pool's lock) in the statement that
+    reserves its credits; None off PostgreSQL."""
+    if connection.vendor != "postgresql":
+        return None
+    ctes, select, joins = _INSERT[lock_pool is not None]
+    params = {
+        f"j_{f.attname}": f.get_db_prep_save(getattr(job, f.attname), connection)
+        for f in Job._meta.concrete_fields
+        if f.attname not in ("reservation_id", "package_id")
+    }
+    params["model_slug"] = slug
+    if lock_pool is not None:
+        params["lock_pool"] = lock_pool
+    return quota.Alongside(ctes=ctes, select=select, joins=joins, params=params)
+
+
+def _model_of(along: quota.Alongside | None) -> ModelVersion | None:
+    """The model's row as the reservation's statement read it."""
+    if along is None or not along.row or along.row[0] is None:
+        return None
+    values = dict(zip(_MODEL_READ, along.row, strict=False))
+    fields = [f.attname for f in ModelVersion._meta.concrete_fields if f.attname in values]
+    return ModelVersion.from_db(connection.alias, fields, [values[f] for f in fields])
+
+
+def _pool_of(along: quota.Alongside, c) -> HardwarePool:
+    device, nodes = along.row[len(_MODEL_READ) :]
+    return HardwarePool.from_db(
+        connection.alias, ["id", "slug", "device", "nodes"], [c.pool_id, c.pool, device, nodes]
     )
 
 
@@ -265,7 +386,8 @@ def _related_from_memory(job: Job, q: Quote) -> None:
     other field is read from the database on first use, as a deferred field is)."""
     c, db = q.decision.chosen, job._state.db
     job.tier = Tier.from_db(db, ["id", "slug"], [c.tier_id, c.tier])
-    job.pool = HardwarePool.from_db(db, ["id", "slug"], [c.pool_id, c.pool])
+    if "pool" not in job._state.fields_cache:  # a booking caller's pool is read already
+        job.pool = HardwarePool.from_db(db, ["id", "slug"], [c.pool_id, c.pool])
     for p in q.packages or ():
         if p.id == job.package_id:
             job.package = QuotaPackage.from_db(

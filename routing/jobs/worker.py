@@ -27,7 +27,7 @@ from routing.core import dispatch, metrics, tasknames
 from routing.core.clock import sim_scale, wall
 from routing.core.formats import iso
 from routing.core.shared import SharedMemo
-from routing.models import Job
+from routing.models import Job, PoolOccupancy, QuotaReservation
 from routing.router import occupancy, snapshot, timing
 from routing.webhooks.events import event_emit
 
@@ -92,17 +92,33 @@ def job_run(job_id, *, at: dt.datetime | None = None) -> Job | None:
     return job
 
 
-def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
+def job_claim(
+    job_id, *, at: dt.datetime, finish_by=None, job: Job | None = None, also: dict | None = None
+) -> Job | None:
     """The claim itself (inside the caller's transaction): a queued job simulated and
     its slot booked (RUNNING, `started_at`..`finishes_at`), or FAILED when the engine
     cannot run it. None when the job is not queued. The caller decides who finishes
     it: the worker schedules a finish message, or passes `finish_by` (a time, or a
     callable giving the time at the write) to have a job whose run ends by then
     settled here, SUCCEEDED in the same write; an interactive request (the /v1/ chat
-    endpoints) finishes it itself when its answer has been generated."""
-    job = _claim_read(job_id)
+    endpoints) finishes it itself when its answer has been generated.
+
+    `job`: the queued job as its caller wrote it in this transaction, its pool locked
+    (routing.jobs.submit with `lock_pool`: model spec and pool device read), so it is
+    not read again. `also`: more columns written with the claim when the job runs (a
+    stream's delivered tokens).
+
+    On PostgreSQL the claim is two statements: the job read and locked with its pool
+    (the lock order: the job, then its pool, then the occupancy rows its write moves),
+    then one write that books the slot only while the pool has room (now), and settles
+    the job in it when its run has ended already. A full pool is booked the long way
+    (`slot_start`: when enough running jobs have ended)."""
+    pool_locked = job is not None
     if job is None:
-        return None  # done, cancelled, or claimed by another delivery
+        job = _claim_read(job_id)
+        if job is None:
+            return None  # done, cancelled, or claimed by another delivery
+        pool_locked = connection.vendor == "postgresql"
     try:
         # The engine at the outside load the router saw (routing.router.timing): the
         # same prediction the promise was made from.
@@ -123,17 +139,36 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         quota.quota_release(reservation_id=job.reservation_id, at=at)
         job_failed_emit(job)
         return job
-    # One slot booking at a time per pool: lock the pool row (PostgreSQL).
-    occupancy.pool_lock(job.pool_id)
-    start = slot_start(job.pool_id, job.slot_share, at)
+    # One slot booking at a time per pool: the pool row locked (PostgreSQL).
+    if not pool_locked:
+        occupancy.pool_lock(job.pool_id)
     # This job's draw of wait (outside load) + run, fixed by its id.
     outside_wait, run = timing.job_draw(pred, job.turns, job.pk)
+    attempts = job.attempts + 1
+    if connection.vendor == "postgresql":
+        # The slot now, if the pool has room: checked by the write itself.
+        fields = _place(job, pred, at, outside_wait, run, attempts, also)
+        now = finish_by() if callable(finish_by) else finish_by
+        settle_at = now if now is not None and job.finishes_at <= now else None
+        if _book_pg(job, fields, settle_at):
+            return job
+    start = slot_start(job.pool_id, job.slot_share, at)
+    fields = _place(job, pred, start, outside_wait, run, attempts, also)
+    now = finish_by() if callable(finish_by) else finish_by
+    if now is not None and job.finishes_at <= now:
+        fields += _settle(job, now)  # ended already: settled in the same write
+    job.save(update_fields=fields)
+    return job
+
+
+def _place(job: Job, pred, start, outside_wait, run, attempts, also) -> list[str]:
+    """The claimed job's slot and simulated run from `start` (not saved; the fields)."""
     slot_wait = max(0.0, (start - job.created_at).total_seconds()) * sim_scale()
     queue_seconds = slot_wait + outside_wait
     job.status = Job.Status.RUNNING
     job.started_at = start
     job.finishes_at = start + wall(outside_wait + run)
-    job.attempts += 1
+    job.attempts = attempts
     job.simulated = {
         "queue_seconds": queue_seconds,
         "ttft_seconds": pred.ttft_seconds,
@@ -145,19 +180,76 @@ def job_claim(job_id, *, at: dt.datetime, finish_by=None) -> Job | None:
         "total_seconds": queue_seconds + run,
         "tokens_per_second": pred.tokens_per_second,
     }
-    fields = ["status", "started_at", "finishes_at", "attempts", "simulated"]
-    now = finish_by() if callable(finish_by) else finish_by
-    if now is not None and job.finishes_at <= now:
-        fields += _settle(job, now)  # ended already: settled in the same write
-    job.save(update_fields=fields)
-    return job
+    for name, value in (also or {}).items():
+        setattr(job, name, value)
+    return ["status", "started_at", "finishes_at", "attempts", "simulated", *(also or {})]
+
+
+# The booking's write (PostgreSQL): the job's claimed columns, only while the pool's
+# running share (its counters, read under the pool's lock) leaves room for its stream
+# (slot_start's rule); with the settlement when the run has ended already.
+_OCC = PoolOccupancy._meta.db_table
+_FIT = (
+    f"fit AS (SELECT 1 WHERE GREATEST(COALESCE((SELECT SUM(running_share) FROM {_OCC} "
+    "WHERE pool_id = %(b_pool)s), 0), 0) + %(b_share)s <= 1.000000001)"
+)
+
+
+def _set_sql(fields: list[str]) -> str:
+    return ", ".join(f'"{Job._meta.get_field(f).column}" = %(f_{f})s' for f in fields)
+
+
+def _set_params(job: Job, fields: list[str]) -> dict:
+    out = {}
+    for name in fields:
+        f = Job._meta.get_field(name)
+        out[f"f_{name}"] = f.get_db_prep_save(getattr(job, f.attname), connection)
+    return out
+
+
+def _book_pg(job: Job, fields: list[str], settle_at: dt.datetime | None) -> bool:
+    """Write the claim if the pool has room now (settled too with `settle_at`); False:
+    nothing written (the pool is full; or, settling, the reservation was not held)."""
+    params = {"b_pool": job.pool_id, "b_share": job.slot_share, "b_job": job.pk}
+    if settle_at is None:
+        params.update(_set_params(job, fields))
+        with connection.cursor() as cur:
+            cur.execute(
+                f"WITH {_FIT} UPDATE {Job._meta.db_table} SET {_set_sql(fields)} "
+                "WHERE id = %(b_job)s AND EXISTS (SELECT 1 FROM fit)",
+                params,
+            )
+            return cur.rowcount == 1
+    keep = {f: getattr(job, f) for f in _FINISH_KEEP}
+    job.status, job.finished_at = Job.Status.SUCCEEDED, settle_at
+    fields = [*fields, "finished_at", *_record_outcome(job)]
+    params.update(_set_params(job, fields))
+    along = quota.Alongside(
+        before=_FIT,
+        gate="EXISTS (SELECT 1 FROM fit)",
+        ctes=(
+            f", j AS (UPDATE {Job._meta.db_table} AS jj SET {_set_sql(fields)}, "
+            "cost = r.charged FROM r WHERE jj.id = %(b_job)s)"
+        ),
+        params=params,
+    )
+    reservation = quota.quota_settle_along(
+        reservation_id=job.reservation_id, actual=job.predicted_cost, at=settle_at, along=along
+    )
+    if reservation is None:  # not written: the claim the long way
+        for name, value in keep.items():
+            setattr(job, name, value)
+        return False
+    job.cost = reservation.charged
+    return True
 
 
 # The claim reads the job under its row lock with what the engine needs of its
 # catalog rows (catalog.engine.predict_on: the model's spec, the pool's device and
 # nodes, the tier's slug), not the rows whole; hand-written, as the ORM's query
-# building cost more than the query. Only the job row is locked (`OF`).
-_MODEL_SPEC = (
+# building cost more than the query. The job row is locked, and the pool's as
+# routing.router.occupancy.pool_lock locks it (one slot booking at a time per pool).
+MODEL_SPEC = (
     "slug",
     "total_params",
     "active_params_prefill",
@@ -174,7 +266,7 @@ _TIER_READ = ("slug",)
 
 def _claim_sql(lock_of: bool) -> str:
     job_cols = ", ".join(f'j."{f.column}"' for f in Job._meta.concrete_fields)
-    extra = [f'm."{c}" AS "m_{c}"' for c in _MODEL_SPEC]
+    extra = [f'm."{c}" AS "m_{c}"' for c in MODEL_SPEC]
     extra += [f'p."{c}" AS "p_{c}"' for c in _POOL_READ]
     extra += [f't."{c}" AS "t_{c}"' for c in _TIER_READ]
     return (
@@ -182,7 +274,8 @@ def _claim_sql(lock_of: bool) -> str:
         f"JOIN {ModelVersion._meta.db_table} m ON m.id = j.model_id "
         f"JOIN {HardwarePool._meta.db_table} p ON p.id = j.pool_id "
         f"JOIN {Tier._meta.db_table} t ON t.id = j.tier_id "
-        "WHERE j.id = %s AND j.status = %s" + (" FOR UPDATE OF j" if lock_of else "")
+        "WHERE j.id = %s AND j.status = %s"
+        + (" FOR UPDATE OF j FOR NO KEY UPDATE OF p" if lock_of else "")
     )
 
 
@@ -200,7 +293,7 @@ def _claim_read(job_id) -> Job | None:
     if not rows:
         return None
     job = rows[0]
-    job.model = _partial(ModelVersion, job, "m", job.model_id, _MODEL_SPEC)
+    job.model = _partial(ModelVersion, job, "m", job.model_id, MODEL_SPEC)
     job.pool = _partial(HardwarePool, job, "p", job.pool_id, _POOL_READ)
     job.tier = _partial(Tier, job, "t", job.tier_id, _TIER_READ)
     return job
@@ -280,22 +373,79 @@ def job_failed_emit(job: Job) -> None:
     )
 
 
-def job_finish(job_id, *, at: dt.datetime | None = None) -> Job | None:
+def job_finish(job_id, *, at: dt.datetime | None = None, job: Job | None = None) -> Job | None:
     """Settle a job whose simulated run has ended: result and charge in one
-    transaction. Idempotent (only a running job past its end is finished)."""
+    transaction. Idempotent (only a running job past its end is finished). `job`: the
+    job as its caller has it (an interactive request's, claimed by it), so it is not
+    read again; the write still finishes it only while it runs (and returns None
+    otherwise)."""
     at = at or timezone.now()
     with transaction.atomic():
-        job = (
-            Job.objects.select_for_update()
-            .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
-            .first()
-        )
         if job is None:
-            return None
-        # The reservation is read once, by the statement that settles it.
-        job.save(update_fields=_settle(job, at))
+            job = _locked_running(job_id, at)
+            if job is None:
+                return None
+        elif connection.vendor != "postgresql":
+            fresh = _locked_running(job.pk, at)
+            if fresh is None:
+                return None
+            fresh._state.fields_cache.update(job._state.fields_cache)  # model, tier as loaded
+            job = fresh
+        if connection.vendor == "postgresql":
+            if not _finish_pg(job, at):
+                return None
+        else:
+            # The reservation is read once, by the statement that settles it.
+            job.save(update_fields=_settle(job, at))
         _observe_on_commit(job)
         return job
+
+
+def _locked_running(job_id, at: dt.datetime) -> Job | None:
+    """The job locked, if it runs past its end (`at`)."""
+    return (
+        Job.objects.select_for_update()
+        .filter(pk=job_id, status=Job.Status.RUNNING, finishes_at__lte=at)
+        .first()
+    )
+
+
+def _finish_pg(job: Job, at: dt.datetime) -> bool:
+    """One statement: the job SUCCEEDED at `at` with its charge, if it runs past its end
+    (its row first: the lock order of a cancel, job then reservation), then its
+    reservation settled at the quoted cost. False: it no longer runs (nothing written)."""
+    keep = {f: getattr(job, f) for f in _FINISH_KEEP}
+    job.status, job.finished_at = Job.Status.SUCCEEDED, at
+    fields = ["status", "finished_at", *_record_outcome(job)]
+    params = {**_set_params(job, fields), "b_job": job.pk, "b_running": Job.Status.RUNNING}
+    along = quota.Alongside(
+        before=(
+            f"j AS (UPDATE {Job._meta.db_table} AS jj SET {_set_sql(fields)}, cost = "
+            f"(SELECT drawn + LEAST(%(actual)s::numeric, amount - drawn) FROM {_RES} "
+            "WHERE id = jj.reservation_id) WHERE jj.id = %(b_job)s AND jj.status = "
+            "%(b_running)s AND jj.finishes_at <= %(f_finished_at)s RETURNING jj.cost)"
+        ),
+        gate="EXISTS (SELECT 1 FROM j)",
+        select="(SELECT cost FROM j)",
+        params=params,
+    )
+    reservation = quota.quota_settle_along(
+        reservation_id=job.reservation_id, actual=job.predicted_cost, at=at, along=along
+    )
+    cost = along.row[0] if along.row else None
+    if reservation is None and cost is None:
+        for name, value in keep.items():  # as it was: nothing written
+            setattr(job, name, value)
+        return False
+    if reservation is None:  # finished, its reservation closed already: as it stands
+        reservation = QuotaReservation.objects.get(pk=job.reservation_id)
+        Job.objects.filter(pk=job.pk).update(cost=reservation.charged)
+    job.cost = reservation.charged
+    return True
+
+
+_FINISH_KEEP = ("status", "finished_at", "completion_seconds", "deadline_met", "late_by_seconds")
+_RES = QuotaReservation._meta.db_table
 
 
 # Tier slugs for metric labels (a handful of tiers): kept while the catalog's generation

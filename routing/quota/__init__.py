@@ -3,6 +3,7 @@ draw, reset). The package's public functions are re-exported here, so callers wr
 `from routing import quota` and `quota.quota_reserve_for(...)`."""
 
 from routing.quota.ledger import (
+    Alongside,
     ledger_mismatches,
     quota_draw,
     quota_release,
@@ -10,6 +11,7 @@ from routing.quota.ledger import (
     quota_reserve_for,
     quota_reset_due,
     quota_settle,
+    quota_settle_along,
 )
 from routing.quota.packages import (
     CREDIT_QUANTUM,
@@ -52,7 +54,9 @@ __all__ = [
     "period_start_for",
     "quota_draw",
     "quota_release",
+    "Alongside",
     "quota_reserve",
+    "quota_settle_along",
     "quota_reserve_for",
     "quota_reset_due",
     "quota_settle",

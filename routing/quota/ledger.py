@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db import IntegrityError, connection, transaction
@@ -37,18 +38,22 @@ def _exact(expression):
     return Round(expression, 6)
 
 
-def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") -> QuotaReservation:
+def quota_reserve(
+    *, package_id: int, amount, reference: str, note: str = "", along: Alongside | None = None
+) -> QuotaReservation:
     """Hold `amount` credits on one package; idempotent per `reference`.
 
     One conditional UPDATE (`limit - spent - reserved >= amount`): concurrent callers
     on PostgreSQL queue on the row lock and each re-checks the condition, so the
-    package never goes past its limit.
+    package never goes past its limit. `along` (PostgreSQL): writes made in the same
+    statement from the reservation it inserts (`Alongside`; elsewhere not run: its
+    `done` stays False and the caller writes them itself).
     """
     amount = credits(amount)
     if amount < 0:
         raise QuotaError("A reservation cannot be negative.")
     if connection.vendor == "postgresql":
-        reservation = _reserve_pg(package_id, amount, reference, note)
+        reservation = _reserve_pg(package_id, amount, reference, note, along)
     else:
         reservation = _reserve_orm(package_id, amount, reference, note)
     if reservation is None:
@@ -70,7 +75,32 @@ def quota_reserve(*, package_id: int, amount, reference: str, note: str = "") ->
 _PKG = QuotaPackage._meta.db_table
 _RES = QuotaReservation._meta.db_table
 _LEDGER = LedgerEntry._meta.db_table
-_RESERVE_SQL = f"""
+
+
+@dataclass
+class Alongside:
+    """Writes that ride in a ledger statement's own round trip (PostgreSQL): `ctes`
+    (SQL, each `name AS (...)`, comma-led) run after the reservation's (they may select
+    FROM `res`: the reservation inserted, one row, none when nothing was held) or after
+    the closing's (FROM `r`: the reservation closed); `gate`: a condition the closing
+    needs besides the reservation being held; `select`: output expressions (with
+    `joins`: `LEFT JOIN x ON true` items) read back into `row`. `params` are merged
+    into the statement's own. The statement is atomic: the caller's transaction rolls
+    back the whole of it when it raises afterwards."""
+
+    ctes: str = ""
+    before: str = ""  # closing only: CTEs before it (the gate may read them)
+    select: str = ""
+    joins: str = ""
+    params: dict = field(default_factory=dict)
+    gate: str = ""
+    row: tuple = ()
+    done: bool = False  # the reservation (closing) was written, and with it `ctes`
+
+
+def _reserve_sql(along: Alongside | None) -> str:
+    extra = f", {along.select}" if along is not None and along.select else ""
+    return f"""
 WITH hold AS (
     UPDATE {_PKG} SET reserved = ROUND(reserved + %(amount)s::numeric, 6)
     WHERE id = %(package)s AND "limit" >= spent + reserved + %(amount)s::numeric
@@ -81,35 +111,44 @@ WITH hold AS (
     SELECT id, %(reference)s, %(amount)s::numeric, 0, NULL, %(held)s, %(at)s::timestamptz, NULL
     FROM hold
     ON CONFLICT (reference) DO NOTHING
-    RETURNING id
+    RETURNING id, package_id
 ), entry AS (
     INSERT INTO {_LEDGER} (package_id, reservation_id, kind, delta_reserved, delta_spent,
         note, created_at)
     SELECT %(package)s, id, %(kind)s, %(amount)s::numeric, 0, %(note)s, %(at)s::timestamptz
     FROM res
-)
-SELECT (SELECT count(*) FROM hold), (SELECT id FROM res)
+){along.ctes if along is not None else ""}
+SELECT (SELECT count(*) FROM hold), (SELECT id FROM res){extra}
+FROM (SELECT 1) AS one {along.joins if along is not None else ""}
 """
 
 
-def _reserve_pg(package_id: int, amount, reference: str, note: str) -> QuotaReservation | None:
+_RESERVE_SQL = _reserve_sql(None)
+
+
+def _reserve_pg(
+    package_id: int, amount, reference: str, note: str, along: Alongside | None = None
+) -> QuotaReservation | None:
     at = timezone.now()
+    sql = _RESERVE_SQL if along is None else _reserve_sql(along)
+    params = {
+        "package": package_id,
+        "amount": amount,
+        "reference": reference,
+        "held": QuotaReservation.State.HELD,
+        "kind": LedgerEntry.Kind.RESERVE,
+        "note": note[:200],
+        "at": at,
+    }
+    if along is not None:
+        params.update(along.params)
     # No savepoint (its two statements) inside a caller's transaction: nothing here is
     # expected to fail but the constraints, which fail the caller's transaction anyway.
     with transaction.atomic(savepoint=False), connection.cursor() as cur:
-        cur.execute(
-            _RESERVE_SQL,
-            {
-                "package": package_id,
-                "amount": amount,
-                "reference": reference,
-                "held": QuotaReservation.State.HELD,
-                "kind": LedgerEntry.Kind.RESERVE,
-                "note": note[:200],
-                "at": at,
-            },
-        )
-        held, reservation_id = cur.fetchone()
+        cur.execute(sql, params)
+        held, reservation_id, *extra = cur.fetchone()
+        if along is not None:
+            along.row, along.done = tuple(extra), bool(held) and reservation_id is not None
         if not held:
             return None
         if reservation_id is None:  # the reference exists: undo the hold, return it
@@ -165,10 +204,12 @@ def quota_reserve_for(
     at: dt.datetime | None = None,
     note: str = "",
     packages: list | None = None,
+    along: Alongside | None = None,
 ) -> QuotaReservation:
     """Reserve on the first package that can pay, in payment order (see choose_package).
     `packages`: the account's packages as the caller read them already (a quote, same
-    request); the conditional UPDATE of `quota_reserve` is still the guard."""
+    request); the conditional UPDATE of `quota_reserve` is still the guard. `along`:
+    see quota_reserve (written with the reservation that succeeds)."""
     at = at or timezone.now()
     amount = credits(amount)
     covering = choose_package(
@@ -183,7 +224,9 @@ def quota_reserve_for(
         if p.remaining < amount:
             continue
         try:
-            return quota_reserve(package_id=p.id, amount=amount, reference=reference, note=note)
+            return quota_reserve(
+                package_id=p.id, amount=amount, reference=reference, note=note, along=along
+            )
         except QuotaExhausted:
             continue  # spent by someone else since we read it: try the next one
     raise QuotaExhausted(
@@ -288,12 +331,19 @@ def _close_reservation(
 # requests) stays spent; the rest of the hold leaves `reserved`.
 _RES_COLUMNS = ["id", "package_id", "reference", "amount", "drawn", "charged", "state"]
 _RES_COLUMNS += ["created_at", "closed_at"]
-_CLOSE_SQL = f"""
-WITH r AS (
+
+
+def _close_sql(where: str, along: Alongside | None = None) -> str:
+    a = along or Alongside()
+    before = f"{a.before}, " if a.before else ""
+    gate = f" AND ({a.gate})" if a.gate else ""
+    extra = f", {a.select}" if a.select else ""
+    return f"""
+WITH {before}r AS (
     UPDATE {_RES} SET state = %(state)s,
         charged = drawn + LEAST(%(actual)s::numeric, amount - drawn),
         closed_at = %(at)s::timestamptz
-    WHERE {{where}} AND state = %(held)s
+    WHERE {where} AND state = %(held)s{gate}
     RETURNING {", ".join(_RES_COLUMNS)}
 ), p AS (
     UPDATE {_PKG} AS q SET reserved = ROUND(q.reserved - (r.amount - r.drawn), 6),
@@ -306,43 +356,66 @@ WITH r AS (
         note, created_at)
     SELECT package_id, id, %(kind)s, -(amount - drawn), charged - drawn, '', %(now)s::timestamptz
     FROM r
-)
+){a.ctes}
 SELECT {", ".join("r." + c for c in _RES_COLUMNS)}, p.spent_before, p.spent_after,
-    p.spend_limit, p.alert_thresholds
-FROM r LEFT JOIN p ON true
+    p.spend_limit, p.alert_thresholds{extra}
+FROM (SELECT 1) AS one LEFT JOIN r ON true LEFT JOIN p ON true {a.joins}
 """
+
+
 _CLOSE_BY = {
-    "reference": _CLOSE_SQL.format(where="reference = %(key)s"),
-    "id": _CLOSE_SQL.format(where="id = %(key)s"),
+    "reference": _close_sql("reference = %(key)s"),
+    "id": _close_sql("id = %(key)s"),
 }
 
 
-def _close_pg(reference, reservation_id, state, actual, at) -> QuotaReservation | None:
+def _close_pg(
+    reference, reservation_id, state, actual, at, along: Alongside | None = None
+) -> QuotaReservation | None:
+    by = "reference" if reference is not None else "id"
+    sql = _CLOSE_BY[by] if along is None else _close_sql(f"{by} = %(key)s", along)
+    params = {
+        "key": reference if reference is not None else reservation_id,
+        "state": state,
+        "actual": actual,
+        "at": at,
+        "held": QuotaReservation.State.HELD,
+        "kind": _CLOSING_KIND[state],
+        "now": timezone.now(),
+    }
+    if along is not None:
+        params.update(along.params)
     with connection.cursor() as cur:
-        cur.execute(
-            _CLOSE_BY["reference" if reference is not None else "id"],
-            {
-                "key": reference if reference is not None else reservation_id,
-                "state": state,
-                "actual": actual,
-                "at": at,
-                "held": QuotaReservation.State.HELD,
-                "kind": _CLOSING_KIND[state],
-                "now": timezone.now(),
-            },
-        )
+        cur.execute(sql, params)
         row = cur.fetchone()
-    if row is not None:
-        n = len(_RES_COLUMNS)
+    n = len(_RES_COLUMNS)
+    if along is not None:
+        along.row, along.done = tuple(row[n + 4 :]), row[0] is not None
+    if row[0] is not None:
         reservation = QuotaReservation.from_db(connection.alias, _RES_COLUMNS, row[:n])
         # Budget alerts, only when this settlement took the spend over a threshold (the
         # spend before and after it, read under the package's row lock).
-        if thresholds_crossed(*row[n:]):
+        if thresholds_crossed(*row[n : n + 4]):
             package_alerts_check(reservation.package_id, at=at)
         return reservation
+    if along is not None:
+        return None  # not closed: the caller reads what it needs
     # Not held (closed already: nothing to do) or not there.
     by = {"reference": reference} if reference is not None else {"pk": reservation_id}
     return QuotaReservation.objects.filter(**by).first()
+
+
+def quota_settle_along(
+    *, reservation_id: int, actual, at: dt.datetime, along: Alongside
+) -> QuotaReservation | None:
+    """Settle a held reservation with `along`'s writes in the same statement
+    (PostgreSQL; the caller's transaction): its `before` CTEs, its `gate` (nothing is
+    settled unless it holds), its `ctes` after the closing (FROM `r`, the reservation
+    closed, e.g. its `charged`). None, `along.done` False, when nothing was settled
+    (not held, or the gate refused): `along.row` says which."""
+    return _close_pg(
+        None, reservation_id, QuotaReservation.State.SETTLED, credits(actual), at, along
+    )
 
 
 def quota_draw(*, reference: str, amount, note: str = "") -> Decimal:
