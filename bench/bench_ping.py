@@ -20,12 +20,9 @@ waited. Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,26 +50,19 @@ CHAT_BODY = {
 }
 
 
-def start(env: dict, workers: int, handler: str) -> tuple[subprocess.Popen, int]:
-    from tests.realparts import web_argv
+def start(env: dict, workers: int, handler: str):
+    """The web server as deployed (tests.realparts.start_web) with WEB_HANDLER=handler,
+    ready; (the process, its port)."""
+    from tests.realparts import start_web
 
     port = free_port()
-    server = subprocess.Popen(
-        [*web_argv("127.0.0.1", port, workers=workers), "--log-level", "warning"],
-        cwd=ROOT,
-        env={**env, "WEB_HANDLER": handler},
-        start_new_session=True,
+    server = start_web(
+        {**env, "WEB_HANDLER": handler},
+        port,
+        workers=workers,
+        name=f"web-{handler}",  # its log (a file) shows when a worker has started
     )
-    for _ in range(300):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/api/v1/ping")
-            if c.getresponse().status == 200:
-                return server, port
-        except OSError:
-            pass
-        time.sleep(0.1)
-    sys.exit(f"the {handler} server did not start")
+    return server.wait_ready(timeout=30), port
 
 
 def main() -> None:
@@ -169,8 +159,7 @@ def main() -> None:
                 )
     finally:
         for server, _ in servers.values():
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=20)
+            server.stop(timeout=20)
 
 
 if __name__ == "__main__":
