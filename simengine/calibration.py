@@ -36,7 +36,13 @@ from .params import (
 )
 from .perf import Deployment, TaskProfile, decode_step_seconds, predict, serving_point, token_speed
 from .placement import placement
-from .report import calibration_table, holdout_table, leave_one_out_table, own_holdout_table
+from .report import (
+    calibration_table,
+    holdout_table,
+    leave_one_out_table,
+    own_holdout_table,
+    plot_own_holdout,
+)
 from .results import CalibrationResult, CalibrationRow, ParameterRow
 from .spec import predict_spec
 
@@ -562,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--catalog", default="catalog/data/catalog.toml")
     ap.add_argument("--write", action="store_true", help=f"store the fit in {PARAMS_FILE}")
+    ap.add_argument("--plot", metavar="PNG", help="also chart the own hold-out (a PNG)")
     ap.add_argument(
         "--leave-one-out",
         action="store_true",
@@ -579,7 +586,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(holdout_table(evaluate_holdout(result.params)))
     print()
-    print(own_holdout_table(evaluate_own_holdout(result.params)))
+    own = evaluate_own_holdout(result.params)
+    print(own_holdout_table(own))
+    if args.plot:
+        print(f"wrote {plot_own_holdout(args.plot, own)}")
     if args.leave_one_out:
         print()
         print(leave_one_out_table(leave_one_out_checks(sol, spark, result.params)))

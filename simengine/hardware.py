@@ -59,9 +59,15 @@ class HardwareProfile:
         return asdict(self)
 
 
-_NVLINK4 = 900e9  # H100/H200 NVLink 4, bytes/s per GPU
-_IB_NDR = 50e9  # 400 Gb/s InfiniBand per GPU
-_NVLINK5 = 1800e9  # Blackwell NVLink 5, bytes/s per GPU
+# Link bandwidths are per GPU and per direction: what one GPU can send while it receives
+# as much (the ring all-reduce and the all-to-all formulas divide the bytes a GPU sends
+# by it). NVIDIA quotes NVLink as the sum of both directions: NVLink 4 (H100/H200) "900
+# GB/s" is 18 links x 25 GB/s each way = 450 GB/s per direction, NVLink 5 (Blackwell)
+# "1.8 TB/s" is 900 GB/s per direction (nccl-tests all-reduce bus bandwidth on an HGX
+# H100 tops out near 450 GB/s). InfiniBand NDR 400 Gb/s is already per direction.
+_NVLINK4 = 450e9
+_IB_NDR = 50e9
+_NVLINK5 = 900e9
 
 HARDWARE: dict[str, HardwareProfile] = {
     "wse-3": HardwareProfile(
@@ -111,7 +117,8 @@ HARDWARE: dict[str, HardwareProfile] = {
     ),
     # DGX/HGX B200 (the system published benchmarks run on): 1,440 GB HBM3e over 8 GPUs
     # = 180 GB each, 8 TB/s; dense BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s (datasheet
-    # figures are with sparsity, twice these); NVLink 5 1.8 TB/s per GPU, 8-GPU domain.
+    # figures are with sparsity, twice these); NVLink 5 1.8 TB/s per GPU (both
+    # directions), 8-GPU domain.
     "b200": HardwareProfile(
         key="b200",
         name="NVIDIA B200 (DGX/HGX B200)",
@@ -128,7 +135,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         max_tensor_parallel=8,
     ),
     # GB200 NVL72: 72 Blackwell GPUs in ONE NVLink 5 domain (130 TB/s / 72 = 1.8 TB/s
-    # per GPU), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
+    # per GPU, both directions), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
     # 13.4 TB / 72 = 186 GB and 576 TB/s / 72 = 8 TB/s per GPU; dense BF16 2.5 / FP8 5 /
     # FP4 10 PFLOP/s per GPU (NVIDIA GB200 NVL72 datasheet: 360/720/1,440 PF for the
     # rack with sparsity, half that dense). Scale-out beyond the rack: 800 Gb/s ConnectX-8 per GPU.

@@ -147,7 +147,16 @@ KIND_VALUES: dict[str, tuple[str, ...]] = {
 # Issue-28 spec fields that the pre-issue-28 engine does not know (legacy_spec drops them).
 _NEW_MODEL_FIELDS = ("experts", "experts_per_token", "shared_experts", "attention_dtype",
                      "expert_dtype")  # fmt: skip
-_NEW_TOP_FIELDS = ("expert_parallel", "pipeline_parallel", "max_batch_size", "replicas")
+_NEW_TOP_FIELDS = (
+    "expert_parallel",
+    "pipeline_parallel",
+    "max_batch_size",
+    "replicas",
+    # Added to the schema (and to some figures, disclosed in their `amended`) after the
+    # hold-out was frozen; the old engine could state neither, so they drop like the rest.
+    "attention_data_parallel",
+    "disaggregated_prefill",
+)
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
 _LEGACY_GPU_NODE = 8  # the old engine's GPUs have one 8-GPU NVLink node (max TP 8)
@@ -174,7 +183,7 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       larger than 8 GPUs cannot be stated: :class:`NotExpressible`. B200 stays the old
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
-      ``max_batch_size`` dropped.
+      ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill`` dropped.
     - ``replicas``: dropped; the spec describes one replica and the returned factor
       (= replicas) multiplies ``throughput_tokens_per_second``.
     - ``rate_per_second`` (open loop): :class:`NotExpressible` (no closed-loop equivalent).
@@ -256,6 +265,7 @@ class OwnHoldoutRow(HoldoutRow):
     table: bool
     reason: str  # why not expressible ("" when predicted)
     before_error: float | str | None  # recorded in the file before issue 28's physics
+    amended: str = ""  # how and when the frozen spec was amended ("" = as frozen)
 
 
 @dataclass(frozen=True)
@@ -335,6 +345,7 @@ def _own_row(f: Mapping[str, Any], predicted: float | None, reason: str) -> OwnH
         table=bool(f["table"]),
         reason=reason,
         before_error=float(before) if isinstance(before, (int, float)) else before,
+        amended=str(f.get("amended", "")),
     )
 
 

@@ -193,6 +193,12 @@ class ModelSpec(HashOnce):
             + self.shared_expert_params * self.expert_bytes_per_param
         )
 
+    @property
+    def always_read_bytes(self) -> float:
+        """Bytes every decode step reads whatever the routing: the non-expert weights
+        and the shared experts (all weights of a dense model)."""
+        return self._always_read_bytes if self.is_moe else self.weight_bytes
+
     @functools.cached_property
     def _routed_traffic(self) -> tuple[float, float]:
         # (bytes of all routed experts, k/E): the hot path's constants.

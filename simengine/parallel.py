@@ -12,12 +12,19 @@ prefill formulas in :mod:`simengine.perf`.
   wafer-to-wafer links on wafers (link latency + one token's activations over the I/O).
 * Pipeline micro-batches and the bubble (:func:`pipeline_microbatch`): GPU stages over
   layers decode up to ``stages`` micro-batches at once.
+* Attention data parallelism (GPUs, MoE): the group's GPUs each run attention for their
+  own streams instead of splitting every head over the group
+  (:func:`attention_dp_weight_bytes`, :func:`attention_dp_batch_cap`).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 from .errors import SimEngineError
 from .hardware import HardwareProfile
+from .kv import tp_kv_replication
 
 
 def allreduce_seconds(hw: HardwareProfile, size_bytes: float, group: int, base: float) -> float:
@@ -82,3 +89,48 @@ def split_pipeline(
             f"({max_tensor_parallel})"
         )
     return tp, pipeline_parallel
+
+
+def attention_dp_weight_bytes(model, group: int) -> float:
+    """Extra weight bytes a decode step reads under attention data parallelism, over
+    what tensor parallelism reads, at the group's rate.
+
+    With attention DP + expert parallelism ("DEP" in TensorRT-LLM's performance
+    tables, ``enable_attention_dp``; SGLang ``--enable-dp-attention``, SGLang v0.4 blog,
+    2024-12; DeepSeek-V3 report, 2024-12, section 3.4) each of the ``group`` GPUs holds
+    the whole attention (and the dense and shared-expert layers) and runs it for its own
+    streams, while the routed experts are split over the group and reached by the
+    all-to-all. Every GPU therefore stores and streams those always-read weights once
+    per step: ``group - 1`` more copies than a tensor-parallel split. In exchange a
+    stream's KV lives on one GPU only (no copies, :func:`simengine.kv.tp_kv_replication`
+    does not apply) and attention needs no all-reduce.
+    """
+    return (group - 1) * model.always_read_bytes if group > 1 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionSplit:
+    """How a replica's attention sits on its tensor-parallel group of GPUs."""
+
+    extra_weight_bytes: float  # weight bytes read per step beyond the TP split's
+    kv_copies: float  # times a token's KV is stored and read (simengine.kv)
+    allreduce_group: int  # GPUs attention all-reduces over (1: none)
+
+
+@functools.lru_cache(maxsize=4096)
+def attention_split(model, tensor_parallel: int, data_parallel: bool) -> AttentionSplit:
+    """Attention split by head over the group (tensor parallel: KV copied when heads run
+    short, an all-reduce per layer), or data parallel (:func:`attention_dp_weight_bytes`:
+    every GPU reads the always-read weights, one KV copy, no all-reduce). Memoised: the
+    router's hot path asks per decode batch."""
+    if data_parallel:
+        return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1)
+    return AttentionSplit(0.0, tp_kv_replication(model.kv_shards, tensor_parallel), tensor_parallel)
+
+
+def attention_dp_batch_cap(max_batch_size: float, group: int) -> float:
+    """The sequences one replica decodes at once under attention data parallelism: the
+    server's ``max_batch_size`` holds per attention rank (TensorRT-LLM's scheduler runs
+    one batch per DP rank; SGLang's DP attention runs one scheduler per rank), so the
+    replica's cap is ``group`` times it."""
+    return max_batch_size * max(1, group)

@@ -56,6 +56,9 @@ from .moe import (
     wafer_expert_hops,
 )
 from .parallel import (
+    AttentionSplit,
+    attention_dp_batch_cap,
+    attention_split,
     pipeline_hops_seconds,
     pipeline_microbatch,
     split_pipeline,
@@ -100,7 +103,9 @@ class Deployment(HashOnce):
     MoE's experts are split (all-to-all per MoE layer; 1 = tensor-split experts).
     ``pipeline_parallel`` (GPUs) splits ``nodes_per_replica`` into that many stages over
     layers, tensor parallel within each (devices = TP x PP); None: placement's layout
-    (pipeline stages only beyond one NVLink domain).
+    (pipeline stages only beyond one NVLink domain). ``attention_data_parallel``: the
+    replica's GPUs each run attention for their own streams, experts split over them
+    (:func:`simengine.parallel.attention_dp_weight_bytes`).
     """
 
     device: str
@@ -112,9 +117,16 @@ class Deployment(HashOnce):
     speculative: bool | Speculation = False
     expert_parallel: int = 1
     pipeline_parallel: int | None = None
+    attention_data_parallel: bool = False
 
     def __post_init__(self) -> None:
-        resolve_device(self.device)
+        hw = resolve_device(self.device)
+        if not isinstance(self.attention_data_parallel, bool):
+            raise SimEngineError(
+                f"attention_data_parallel must be true or false, got {self.attention_data_parallel!r}"
+            )
+        if self.attention_data_parallel and hw.kind != "gpu":
+            raise SimEngineError(f"attention_data_parallel applies to GPUs only, not {hw.key}")
         if self.pipeline_parallel is not None:
             _positive_int(self.pipeline_parallel, "pipeline_parallel", 1)
         _positive_int(self.nodes, "nodes", 1)
@@ -355,13 +367,15 @@ def decode_step_seconds(
 
 @dataclass(frozen=True)
 class _StepLine:
-    # A decode step as a function of the stream's context c: both roofline terms are
-    # affine in c, so step(c) = max(mem0 + mem1 c, flop0 + flop1 c) + fixed.
+    # A decode step as a function of the stream's context c: the attention kernels'
+    # two roofline terms are affine in c, everything else is constant, so step(c) =
+    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed.
     mem0: float
     mem1: float
     flop0: float
     flop1: float
     fixed: float
+    collectives: float = 0.0  # the part of ``fixed`` spent in collectives (GPU drafting)
 
     def at(self, context):
         # ``context``: a number or an array of them (one formula for both).
@@ -439,7 +453,17 @@ def _decode_step_line(
     activation_bytes: float,
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
+    attention_data_parallel: bool = False,
 ) -> _StepLine:
+    # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
+    # 2024): a decode step runs its kernels one after another, so each kernel is bound
+    # by its own resource and the step is their sum, not one roofline over the whole
+    # step. Two kernel families: the attention kernels (read every stream's KV, attend
+    # over its context: affine in the context c) and the weight GEMMs (read the weights
+    # the batch touches, multiply them by its tokens: constant in c). step(c) =
+    # max(KV read, attention FLOPs) + max(weight read, GEMM FLOPs) + collectives.
+    # Rates are the whole group's (TP GPUs; under attention data parallelism the same
+    # GPUs each attend for their own streams, simengine.parallel.attention_dp_*).
     others_in_kv = (batch - 1) * other_context_tokens
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
@@ -447,17 +471,20 @@ def _decode_step_line(
     flop_rate = tp * compute_peak(model, hw) * eta_flop
     attn = 4 * model.layers * model.hidden_size * tokens_per_stream
     act = tokens * model.hidden_size * activation_bytes
-    t_comm = moe_collectives_seconds(model, hw, tokens, tp, ep, allreduce_base, activation_bytes)
+    split = attention_split(model, tp, attention_data_parallel)
+    weights = step_weight_bytes(model, tokens, tp, ep) + split.extra_weight_bytes
+    t_comm = moe_collectives_seconds(
+        model, hw, tokens, split.allreduce_group, ep, allreduce_base, activation_bytes
+    )
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
-    weights = step_weight_bytes(model, tokens, tp, ep)
-    # KV stored (and read) more than once over the TP group (simengine.kv.tp_kv_replication).
-    kv_copies = kv.tp_kv_replication(model.kv_shards, tp)
+    t_gemm = max(weights / mem_rate, 2 * step_active_params(model, tp, ep) * tokens / flop_rate)
     return _StepLine(
-        mem0=(weights + kv_copies * model.kv_bytes(others_in_kv)) / mem_rate,
-        mem1=kv_copies * model.kv_bytes_per_token / mem_rate,
-        flop0=(2 * step_active_params(model, tp, ep) * tokens + attn * others_in_kv) / flop_rate,
+        mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,
+        mem1=split.kv_copies * model.kv_bytes_per_token / mem_rate,
+        flop0=attn * others_in_kv / flop_rate,
         flop1=attn / flop_rate,
-        fixed=t_comm,
+        fixed=t_comm + t_gemm,
+        collectives=t_comm,
     )
 
 
@@ -603,6 +630,7 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         activation_bytes=k.activation_bytes,
         tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
         expert_parallel=s.deployment.expert_parallel,
+        attention_data_parallel=s.deployment.attention_data_parallel,
     )
     fixed = line.fixed + k.step_overhead
     if spec is None:
@@ -624,11 +652,11 @@ def _gpu_drafting(
         active_params=m.active_params_decode,
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
-        kv_bytes=kv.tp_kv_replication(m.kv_shards, tp) * m.kv_bytes(batch * context),
+        kv_bytes=_attention_split(s).kv_copies * m.kv_bytes(batch * context),
         attention_flops=4 * m.layers * m.hidden_size * batch * context,
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
-        fixed=line.fixed + k.step_overhead,
+        fixed=line.collectives + k.step_overhead,
     )
     return shape.passes * one
 
@@ -638,9 +666,19 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
         return None, None
-    # The paged cache holds fewer tokens when the TP group stores each more than once.
-    copies = kv.tp_kv_replication(s.model.kv_shards, s.place.tensor_parallel or 1)
-    return batch_at(s.place.kv_tokens_per_replica / copies, s.knobs.tier_batch, batch, context)
+    # The paged cache holds fewer tokens when the TP group stores each more than once,
+    # and, under attention data parallelism, loses the memory of the replicated weights.
+    split = _attention_split(s)
+    kv_tokens = (
+        s.place.kv_tokens_per_replica - split.extra_weight_bytes / s.model.kv_bytes_per_token
+    )
+    return batch_at(kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, context)
+
+
+def _attention_split(s: _Served) -> AttentionSplit:
+    # The served deployment's attention layout (simengine.parallel.attention_split).
+    tp = s.place.tensor_parallel or 1
+    return attention_split(s.model, tp, s.deployment.attention_data_parallel)
 
 
 def _token_seconds(s: _Served, context):
@@ -664,10 +702,16 @@ def _prefill_seconds(s: _Served, new, cached):
         return flops * share / (peak * k.eta_flop) + k.wafer_pass
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
     t_flop = flops / (tp * peak * k.eta_flop)
-    kv_read = kv.tp_kv_replication(m.kv_shards, tp) * m.kv_bytes(cached + new)
-    t_mem = (step_weight_bytes(m, new, tp, ep) + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
+    # Under attention data parallelism one GPU prefills a prompt with its own copy of the
+    # attention weights (the split's extra bytes) and no all-reduce.
+    split = _attention_split(s)
+    kv_read = split.kv_copies * m.kv_bytes(cached + new)
+    weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
+    t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
     act = new * m.hidden_size * k.activation_bytes
-    t_comm = moe_collectives_seconds(m, s.hw, new, tp, ep, k.allreduce_base, k.activation_bytes)
+    t_comm = moe_collectives_seconds(
+        m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes
+    )
     t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
     if isinstance(new, np.ndarray):
         return np.maximum(t_flop, t_mem) + t_comm
@@ -1344,6 +1388,7 @@ def serving_point(
     rate_per_second: float | None = None,
     max_batch_size: int | None = None,
     replicas: int = 1,
+    disaggregated_prefill: bool = False,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """``replicas`` identical replicas serving (input, output) requests.
@@ -1360,6 +1405,14 @@ def serving_point(
     The figures a serving benchmark reports: TTFT, time per output token, per-stream
     tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
     trip and per-token overheads (a client-side measurement).
+
+    ``disaggregated_prefill`` (GPUs): prompts are prefilled on other GPUs of the same
+    kind and their KV shipped to the replica, which only decodes (prefill-decode
+    disaggregation: DistServe, Zhong et al., OSDI 2024; Splitwise, Patel et al., ISCA
+    2024; SGLang and NVIDIA Dynamo serve this way). Decode steps then carry no prefill
+    (no chunked-prefill interference) and TTFT is the prefill on its own GPUs + the KV
+    transfer over the scale-out network + the first decode step; the throughput is the
+    decode replicas'.
     """
     if rate_per_second is None:
         concurrency = _positive_int(1 if concurrency is None else concurrency, "concurrency", 1)
@@ -1385,6 +1438,8 @@ def serving_point(
         deployment = dataclasses.replace(deployment, speculative=speculative)
     # The server's cap on sequences in a step: the benchmark's concurrency (closed loop)
     # and max_batch_size; _serve limits it to what the paged KV cache holds.
+    if deployment.attention_data_parallel:
+        max_batch = attention_dp_batch_cap(max_batch, deployment.nodes_per_replica or 1)
     limit = max_batch if concurrency is None else min(concurrency, max_batch)
     p = params.with_values({f"tier:{deployment.tier}:batch": float(limit)})
     context = kv.mean_context(input_tokens, output_tokens)
@@ -1394,31 +1449,43 @@ def serving_point(
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
     prefill = _prefill_seconds(s, input_tokens, 0)
     chunks = _chunks(s, input_tokens)
+    if disaggregated_prefill:
+        if not gpu:
+            raise SimEngineError(f"disaggregated_prefill applies to GPUs only, not {s.hw.key}")
+        kv_transfer = model.kv_bytes(input_tokens) / s.hw.scaleout_bandwidth
+        prefill, chunks = prefill + kv_transfer, 1
     per_token, ttft_extra = 0.0, 0.0
     if with_transport:
         per_token = s.transport("per_token")
         ttft_extra = s.transport("ttft_overhead") + s.transport("round_trip")
 
+    elsewhere = prefill if disaggregated_prefill else 0.0
+
     def at(batch: float) -> tuple[float, float, float]:
-        # (TTFT without queueing, time per output token, request time) at a batch.
+        # (TTFT without queueing, time per output token, the time a request holds a
+        # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
         line = _token_line(s, batch, context) if gpu else s.token_line
         step = line.at(context)
-        tpot = step + _interference(s, batch if gpu else None, prefill, output_tokens) + per_token
+        decoding_with_prefills = gpu and not disaggregated_prefill
+        tpot = step + per_token
+        tpot += _interference(s, batch if decoding_with_prefills else None, prefill, output_tokens)
         ttft = prefill + chunks * step + ttft_extra
-        return ttft, tpot, ttft + (output_tokens - 1) * tpot
+        return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
     capacity = None
     if rate_per_second is None:
         streams = min(float(concurrency), slots)
-        ttft, tpot, cycle = at(streams)
+        ttft, tpot, held = at(streams)
         # Closed loop: the concurrency - streams clients beyond the batch wait, each
-        # request cycle, for a slot (by Little's law: concurrency / throughput - cycle).
-        queue = max(0.0, concurrency / streams - 1.0) * cycle
-        throughput = replicas * streams * output_tokens / cycle
+        # request cycle, for a slot (by Little's law: concurrency / (streams / held)
+        # requests/s - the request's own time).
+        queue = max(0.0, concurrency * held / streams - (held + elsewhere))
+        throughput = replicas * streams * output_tokens / held
     else:
         streams, ttft, tpot, queue, capacity = _open_loop(
-            at, rate_per_second, replicas, slots, prefill if gpu else 0.0
-        )
+            at, rate_per_second, replicas, slots,
+            prefill if gpu and not disaggregated_prefill else 0.0,
+        )  # fmt: skip
         throughput = rate_per_second * output_tokens
     return {
         "ttft_seconds": ttft + queue,

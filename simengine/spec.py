@@ -15,10 +15,13 @@ A mixture of experts states its experts (``experts``, ``experts_per_token``,
 ``shared_experts``) and may give each component its own dtype (``attention_dtype``,
 ``expert_dtype``, ``kv_dtype``); ``expert_parallel`` splits the experts over GPUs
 (:mod:`simengine.moe`). ``tensor_parallel`` n with ``expert_parallel`` n is attention
-tensor-parallel over the n GPUs with the experts expert-parallel: attention data
+tensor-parallel over the n GPUs with the experts expert-parallel; attention data
 parallelism (TensorRT-LLM's ``enable_attention_dp``, "DEP"; SGLang's
 ``--enable-dp-attention``) is a separate, default-off flag in both servers over the same
-tp/ep sizes, so it is not inferred (README, "KV copies over a tensor-parallel group"). ``speculative`` is false, true (the hardware's production
+tp/ep sizes, so it is never inferred: ``attention_data_parallel: true`` states it
+(:func:`simengine.parallel.attention_dp_weight_bytes`). ``disaggregated_prefill: true``
+says prompts are prefilled on other GPUs and the replica only decodes
+(:func:`simengine.perf.serving_point`). ``speculative`` is false, true (the hardware's production
 method) or ``{"method", "draft_tokens", "acceptance"}`` (:mod:`simengine.speculative`);
 omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
 
@@ -82,6 +85,12 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # GPUs: off). See simengine/speculative.py for the methods and their sources.
     "speculative": None,
     "expert_parallel": 1,  # GPUs, MoE: experts split over this many GPUs (all-to-all)
+    # GPUs, MoE: each GPU of the replica attends for its own streams ("DEP"); needs
+    # expert_parallel = tensor_parallel = devices. max_batch_size then holds per GPU.
+    "attention_data_parallel": False,
+    # GPUs: prompts prefilled on other GPUs (prefill-decode disaggregation); the replica
+    # only decodes.
+    "disaggregated_prefill": False,
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -292,6 +301,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         elif tp is not None and devices is not None:
             pp = devices // tp  # the devices beyond one TP group are pipeline stages
         npr = devices if devices is not None else tp
+    adp, disagg = s["attention_data_parallel"], s["disaggregated_prefill"]
+    for key, flag in (("attention_data_parallel", adp), ("disaggregated_prefill", disagg)):
+        if not isinstance(flag, bool):
+            raise _err(f"{key} must be true or false, got {flag!r}")
+        if flag and hw.kind == "wafer":
+            raise _err(f"{key} applies to GPUs only")
     if ep > 1:
         if hw.kind == "wafer":
             raise _err(
@@ -305,6 +320,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             npr = ep
         if npr % ep:
             raise _err(f"devices ({npr}) must be a multiple of expert_parallel ({ep})")
+    if adp and (ep <= 1 or npr != ep or (pp or 1) > 1):
+        raise _err(
+            "attention_data_parallel needs a mixture of experts with expert_parallel = "
+            f"devices = tensor_parallel (got expert_parallel {ep}, devices {npr}, "
+            f"pipeline_parallel {pp or 1})"
+        )
     try:
         deployment = Deployment(
             device,
@@ -315,6 +336,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             nodes_per_replica=npr,
             expert_parallel=ep,
             pipeline_parallel=pp,
+            attention_data_parallel=adp,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None
@@ -327,6 +349,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "output_tokens": out,
         "speculative": spec_dec or False,
         "transport": s["transport"],
+        "disaggregated_prefill": disagg,
     }
     if inp + out > model.context_window:
         raise _err(
@@ -366,6 +389,7 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         rate_per_second=w["rate_per_second"],
         max_batch_size=w["max_batch_size"],
         replicas=w["replicas"],
+        disaggregated_prefill=w["disaggregated_prefill"],
         params=params,
     )
     point["kv_bytes_per_token"] = model.kv_bytes_per_token

@@ -20,7 +20,22 @@ def test_b200_is_the_180_gb_hgx_part_and_gb200_is_one_72_gpu_nvlink_domain():
     assert b200.memory_bytes == 180e9
     assert gb.memory_bytes == 186e9 and gb.memory_bandwidth == 8e12
     assert gb.max_tensor_parallel == 72 and b200.max_tensor_parallel == 8
-    assert gb.link_bandwidth == 1.8e12
+    # NVLink 5's 1.8 TB/s is both directions: 900 GB/s each way (what the ring and
+    # all-to-all formulas divide a GPU's sent bytes by); NVLink 4's 900 GB/s likewise.
+    assert gb.link_bandwidth == b200.link_bandwidth == 0.9e12
+    assert HARDWARE["h100"].link_bandwidth == HARDWARE["h200"].link_bandwidth == 0.45e12
+
+
+def test_tp8_allreduce_on_hgx_h100_runs_at_nccl_bus_bandwidth():
+    # A 256 MiB ring all-reduce over 8 H100s: nccl-tests report ~450 GB/s bus bandwidth
+    # on HGX H100 (busbw = 2 (n - 1) / n x size / time), i.e. ~1.04 ms; the engine's time
+    # without the launch and hop latencies is exactly that.
+    from simengine.parallel import allreduce_seconds
+
+    size = 256 * 2**20
+    hw = HARDWARE["h100"]
+    t = allreduce_seconds(hw, size, 8, 0.0) - 2 * 7 * hw.link_latency
+    assert 2 * 7 / 8 * size / t == pytest.approx(450e9)
 
 
 def test_fp4_runs_at_twice_fp8_on_blackwell_and_at_the_8_bit_rate_elsewhere():

@@ -174,6 +174,29 @@ def test_legacy_spec_follows_the_stated_reduction_rule():
         legacy_spec({"model": moe, "hardware": "gb200-nvl72", "tensor_parallel": 48})
     with pytest.raises(NotExpressible, match="rate_per_second"):
         legacy_spec({"model": moe, "hardware": "h100", "rate_per_second": 2.0})
+    # Fields added after the freeze drop like the rest (the old engine could state neither).
+    later, _ = legacy_spec({**spec, "attention_data_parallel": True, "disaggregated_prefill": True})
+    assert not {"attention_data_parallel", "disaggregated_prefill"} & set(later)
+
+
+def test_every_spec_changed_after_the_freeze_says_so():
+    # A frozen figure may gain a field only with an `amended` note (when, after seeing
+    # what, by which rule); the calibrate table marks those rows.
+    from simengine.report import own_holdout_table
+
+    later_fields = {"attention_data_parallel", "disaggregated_prefill"}
+    amended = set()
+    for f in load_own_holdout():
+        if later_fields & set(f["spec"]):
+            assert "AFTER the errors were seen" in f.get("amended", ""), f["id"]
+            amended.add(f["id"])
+        else:
+            assert "amended" not in f, f["id"]
+    assert len(amended) == 8
+    text = own_holdout_table(evaluate_own_holdout())
+    for fid in amended:
+        assert f"{fid} *" in text
+    assert "* spec amended after the errors were seen" in text
 
 
 def test_the_frozen_file_is_the_default_and_every_spec_reduces_or_says_why():
@@ -199,3 +222,29 @@ def test_calibrate_command_prints_the_own_holdout_after_the_holdout(builtin_cata
     call_command("calibrate", "--check", "--json", stdout=data)
     own = json.loads(data.getvalue())["own_holdout"]
     assert len(own["rows"]) >= 30 and len(own["by_kind"]) == 6
+
+
+def test_the_chart_draws_every_figure_now_and_before_largest_error_first():
+    from simengine.report import own_holdout_points
+
+    result = evaluate_own_holdout()
+    points = own_holdout_points(result)
+    assert len(points) == len(result.rows)
+    by_label = {label: (now, before) for label, now, before in points}
+    for r in result.rows:
+        now, before = by_label[r.id + (" *" if r.amended else "")]
+        assert now == pytest.approx(1 + r.error)
+        if isinstance(r.before_error, float):
+            assert before == pytest.approx(1 + r.before_error)
+        else:
+            assert before is None  # "n/a: ..." before issue 28
+    errors = [abs(now - 1) for _, now, _ in points]
+    assert errors == sorted(errors, reverse=True)
+
+
+def test_calibrate_command_writes_the_own_holdout_chart(builtin_catalog, tmp_path):
+    out = StringIO()
+    png = tmp_path / "own.png"
+    call_command("calibrate", "--check", "--plot", str(png), stdout=out)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {png}" in out.getvalue()

@@ -73,7 +73,8 @@ def test_all_to_all_costs_bytes_over_the_fabric_and_grows_off_nvlink():
         512, 8, 7168, 2.0, 8, latency=nv.scaleout_latency, bandwidth=nv.scaleout_bandwidth,
         base=5e-6,
     )  # fmt: skip
-    assert ib > 10 * big
+    # NVLink 4 moves 450 GB/s each way per GPU, NDR InfiniBand 50 GB/s: ~9x in bytes.
+    assert ib > 5 * big
 
 
 def _moe_spec(hardware, devices, ep, **extra):
@@ -85,10 +86,12 @@ def _moe_spec(hardware, devices, ep, **extra):
 
 def test_expert_parallel_all_to_all_is_cheaper_inside_one_nvlink_domain():
     # 16 GPUs: two 8-GPU HGX nodes (the all-to-all crosses InfiniBand) vs 16 GPUs of one
-    # GB200 NVL72 domain (NVLink). Same HBM bandwidth per GPU (8 TB/s): B200 vs GB200.
-    hgx = predict_spec(_moe_spec("b200", 16, 16))
-    nvl = predict_spec(_moe_spec("gb200-nvl72", 16, 16))
-    assert nvl["time_per_output_token_seconds"] < hgx["time_per_output_token_seconds"]
+    # GB200 NVL72 domain (NVLink). Same HBM bandwidth per GPU (8 TB/s): B200 vs GB200,
+    # and the same layout (TP 8 x 2 stages) so only the all-to-all's fabric differs much.
+    hgx = predict_spec(_moe_spec("b200", 16, 16, tensor_parallel=8))
+    nvl = predict_spec(_moe_spec("gb200-nvl72", 16, 16, tensor_parallel=8))
+    assert hgx["tensor_parallel"] == nvl["tensor_parallel"] == 8
+    assert nvl["time_per_output_token_seconds"] < 0.9 * hgx["time_per_output_token_seconds"]
 
 
 def test_expert_parallel_adds_the_all_to_all_to_a_step():

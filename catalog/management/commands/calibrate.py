@@ -6,7 +6,12 @@ import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
 from simengine.holdout import evaluate_holdout, evaluate_own_holdout
-from simengine.report import calibration_table, holdout_table, own_holdout_table
+from simengine.report import (
+    calibration_table,
+    holdout_table,
+    own_holdout_table,
+    plot_own_holdout,
+)
 
 
 class Command(BaseCommand):
@@ -25,6 +30,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--json", action="store_true", help="Print the fit and the hold-out as JSON."
+        )
+        parser.add_argument(
+            "--plot",
+            metavar="PNG",
+            help="Also write a chart of the own hold-out: predicted / published per figure, "
+            "now and before issue 28 (default: no chart).",
         )
 
     def handle(self, *args, **o):
@@ -45,6 +56,10 @@ class Command(BaseCommand):
             self.stdout.write(calibration_table(result))
             self.stdout.write("\n" + holdout_table(holdout))
             self.stdout.write("\n" + own_holdout_table(own))
+        if o["plot"]:
+            written = plot_own_holdout(o["plot"], own)
+            if not o["json"]:
+                self.stdout.write(f"\nwrote {written}")
         if not result.passed:
             names = ", ".join(r.name for r in result.failures)
             raise CommandError(f"Targets outside tolerance: {names}")

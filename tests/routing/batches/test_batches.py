@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import math
 from decimal import Decimal
 
 import pytest
@@ -42,6 +43,19 @@ def busy(pool_slug: str, share: float) -> None:
     PoolLoad.objects.update_or_create(
         pool=HardwarePool.objects.get(slug=pool_slug), defaults={"background_utilisation": share}
     )
+
+
+def top_up(account, credits: str) -> None:
+    """Raise the account's package limit (a plan that mixes in Ultrafast costs more than
+    the fixture's 100 credits)."""
+    account.packages.update(limit=Decimal(credits))
+
+
+def first_wave_seconds(batch) -> float:
+    """When the first wave of the batch's first lane ends: its makespan over its waves
+    (requests / streams, rounded up), from the stored plan (engine figures, not a guess)."""
+    lane = batch.plan["lanes"][0]
+    return lane["makespan_seconds"] / math.ceil(lane["requests"] / lane["streams"])
 
 
 def read(f) -> list[dict]:
@@ -304,7 +318,8 @@ def test_an_impossible_window_is_refused_with_the_fastest_plans_makespan(account
 
 def test_a_window_standard_capacity_cannot_meet_mixes_in_a_faster_tier(account):
     # Interactive work holds 99.5 % of the GPU pool: what is left runs ~650 Flex streams
-    # (~35 s a request); 2,000 requests need 4 waves (~140 s) there alone.
+    # (~42 s a request); 2,000 requests need 4 waves (~170 s) there alone.
+    top_up(account, "1000")
     busy("h200-main", 0.995)
     at = timezone.now()
     b = make(account, jsonl(2000), window="2m", at=at)
@@ -373,8 +388,9 @@ def test_a_batch_whose_window_passed_before_it_started_expires(account):
 def test_cancel_keeps_what_finished_bills_it_and_releases_the_rest(api, account):
     busy("h200-main", 0.995)
     at = timezone.now()
-    b = make(account, jsonl(3000), window="1h", at=at)  # ~6 waves of ~35 s
-    first_wave_end = run(b, at, until=at + dt.timedelta(seconds=40))
+    b = make(account, jsonl(3000), window="1h", at=at)  # ~5 waves of ~42 s
+    wave = first_wave_seconds(b)
+    first_wave_end = run(b, at, until=at + dt.timedelta(seconds=wave * 1.2))
     b.refresh_from_db()
     assert 0 < b.completed < 3000 and b.requests.filter(status="running").exists()
     r = api.post(f"/api/v1/batches/{b.pk}/cancel")
@@ -550,6 +566,7 @@ def test_a_batch_refused_after_its_lines_were_read_fails_them_too(account):
 def test_the_run_chart_shows_each_tier(account):
     import base64
 
+    top_up(account, "1000")
     busy("h200-main", 0.995)
     at = timezone.now()
     b = make(account, jsonl(2000), window="2m", at=at)
