@@ -19,8 +19,7 @@ prefill formulas in :mod:`simengine.perf`.
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import SimEngineError
 from .hardware import HardwareProfile
@@ -108,8 +107,7 @@ def attention_dp_weight_bytes(model, group: int) -> float:
     return (group - 1) * model.always_read_bytes if group > 1 else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class AttentionSplit:
+class AttentionSplit(NamedTuple):
     """How a replica's attention sits on its tensor-parallel group of GPUs."""
 
     extra_weight_bytes: float  # weight bytes read per step beyond the TP split's
@@ -117,12 +115,10 @@ class AttentionSplit:
     allreduce_group: int  # GPUs attention all-reduces over (1: none)
 
 
-@functools.lru_cache(maxsize=4096)
 def attention_split(model, tensor_parallel: int, data_parallel: bool) -> AttentionSplit:
     """Attention split by head over the group (tensor parallel: KV copied when heads run
     short, an all-reduce per layer), or data parallel (:func:`attention_dp_weight_bytes`:
-    every GPU reads the always-read weights, one KV copy, no all-reduce). Memoised: the
-    router's hot path asks per decode batch."""
+    every GPU reads the always-read weights, one KV copy, no all-reduce)."""
     if data_parallel:
         return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1)
     return AttentionSplit(0.0, tp_kv_replication(model.kv_shards, tensor_parallel), tensor_parallel)

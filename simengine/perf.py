@@ -39,7 +39,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -288,6 +288,7 @@ class _Served:
     token_line: _StepLine | None = None  # set by _serve
     transport_costs: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set by _serve
     knobs: _Knobs | None = None  # set by _serve
+    attention: AttentionSplit | None = None  # set by _serve (GPUs: how attention is split)
 
     def p(self, name: str) -> float:
         return self.params.hardware(self.hw.key, self.hw.kind, self.software, name)
@@ -365,11 +366,11 @@ def decode_step_seconds(
     return line.at(context_tokens)
 
 
-@dataclass(frozen=True)
-class _StepLine:
+class _StepLine(NamedTuple):
     # A decode step as a function of the stream's context c: the attention kernels'
     # two roofline terms are affine in c, everything else is constant, so step(c) =
-    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed.
+    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed. A NamedTuple: built per decode batch
+    # on the router's cold path, where a frozen dataclass's __init__ costs twice as much.
     mem0: float
     mem1: float
     flop0: float
@@ -652,7 +653,7 @@ def _gpu_drafting(
         active_params=m.active_params_decode,
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
-        kv_bytes=_attention_split(s).kv_copies * m.kv_bytes(batch * context),
+        kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * context),
         attention_flops=4 * m.layers * m.hidden_size * batch * context,
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
@@ -668,17 +669,11 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
         return None, None
     # The paged cache holds fewer tokens when the TP group stores each more than once,
     # and, under attention data parallelism, loses the memory of the replicated weights.
-    split = _attention_split(s)
+    split = s.attention
     kv_tokens = (
         s.place.kv_tokens_per_replica - split.extra_weight_bytes / s.model.kv_bytes_per_token
     )
     return batch_at(kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, context)
-
-
-def _attention_split(s: _Served) -> AttentionSplit:
-    # The served deployment's attention layout (simengine.parallel.attention_split).
-    tp = s.place.tensor_parallel or 1
-    return attention_split(s.model, tp, s.deployment.attention_data_parallel)
 
 
 def _token_seconds(s: _Served, context):
@@ -704,7 +699,7 @@ def _prefill_seconds(s: _Served, new, cached):
     t_flop = flops / (tp * peak * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
-    split = _attention_split(s)
+    split = s.attention
     kv_read = split.kv_copies * m.kv_bytes(cached + new)
     weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
     t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
@@ -761,6 +756,9 @@ def _serve(
         served,
         knobs=_knobs(served),
         transport_costs=tuple(served._transport_from_params(n) for n in _TRANSPORT_NAMES),
+        attention=attention_split(
+            model, place.tensor_parallel or 1, deployment.attention_data_parallel
+        ),
     )
     b, cap = _batch_at(served, batch, context)
     return dataclasses.replace(
