@@ -267,6 +267,11 @@ class OwnHoldoutRow(HoldoutRow):
     before_error: float | str | None  # recorded in the file before issue 28's physics
     amended: str = ""  # how and when the frozen spec was amended ("" = as frozen)
 
+    @property
+    def label(self) -> str:
+        """The figure's id, with `` *`` when its spec was amended after the freeze."""
+        return self.id + (" *" if self.amended else "")
+
 
 @dataclass(frozen=True)
 class KindSummary:

@@ -161,7 +161,7 @@ def own_holdout_table(result: OwnHoldoutResult) -> str:
             reasons.append(f"  {r.id}: {r.reason}")
         else:
             now, err = _num(r.predicted), _pct(r.error)
-        rows.append((r.id + (" *" if r.amended else ""), kind,
+        rows.append((r.label, kind,
                      r.metric.replace("_seconds", " s").replace("_", " "),
                      _num(r.published), now, err, _pct(r.before_error), str(r.date)))  # fmt: skip
     text = "own hold-out (issue 28; frozen before its physics changed)\n" + _table(
@@ -268,7 +268,7 @@ def own_holdout_points(result: OwnHoldoutResult) -> list[tuple[str, float | None
         before = r.before_error if isinstance(r.before_error, float) else None
         points.append(
             (
-                r.id + (" *" if r.amended else ""),
+                r.label,
                 None if r.error is None else 1.0 + r.error,
                 None if before is None else 1.0 + before,
             )
@@ -287,7 +287,7 @@ def plot_own_holdout(path: str | Path, result: OwnHoldoutResult) -> Path:
 
     path = Path(path)
     points = own_holdout_points(result)
-    kinds = {r.id + (" *" if r.amended else ""): r.kind for r in result.rows}
+    kinds = {r.label: r.kind for r in result.rows}
     ys = list(range(len(points)))[::-1]
     fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * len(points)))
     ax.axvspan(1 / 1.35, 1.35, color="#e8f5e9", zorder=0)

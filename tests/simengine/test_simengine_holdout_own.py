@@ -232,7 +232,7 @@ def test_the_chart_draws_every_figure_now_and_before_largest_error_first():
     assert len(points) == len(result.rows)
     by_label = {label: (now, before) for label, now, before in points}
     for r in result.rows:
-        now, before = by_label[r.id + (" *" if r.amended else "")]
+        now, before = by_label[r.label]
         assert now == pytest.approx(1 + r.error)
         if isinstance(r.before_error, float):
             assert before == pytest.approx(1 + r.before_error)
