@@ -79,6 +79,11 @@ class ModelSpec(HashOnce):
     # tp_kv_replication): the KV heads of grouped-query attention, 1 for a latent cache
     # shared by all heads (MLA); 0 = not stated (splits evenly, no replication).
     kv_shards: int = 0
+    # Attention shape (0 = not stated): query heads, head dimension, bytes per cached KV
+    # value. They set the decode attention kernels' FLOPs (decode_attention_flops).
+    heads: int = 0
+    head_dim: int = 0
+    kv_value_bytes: float = 0.0
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and
@@ -231,6 +236,35 @@ class ModelSpec(HashOnce):
         if not self.is_moe:
             return self.active_params_decode, 0.0
         return self.non_expert_params, self.active_params_decode - self.non_expert_params
+
+    @functools.cached_property
+    def attention_width(self) -> int:
+        """Query heads x head dimension of one layer: what attention multiplies by per
+        query and context token (QK^T, then PV). With grouped-query attention it can
+        differ from the hidden size (Qwen3-30B-A3B: 32 x 128 = 4096 against a hidden of
+        2048; GLM-4.6: 96 x 128 = 12288 against 5120). Not stated: the hidden size."""
+        if not self.heads:
+            return self.hidden_size
+        return self.heads * (self.head_dim or self.hidden_size // self.heads)
+
+    @functools.cached_property
+    def decode_attention_flops(self) -> float:
+        """FLOPs of one decoded token's attention per context token, over all layers:
+        2 (QK^T) + 2 (PV) per unit of attention width.
+
+        A latent cache shared by all heads (multi-head latent attention decoded with the
+        up-projections absorbed: DeepSeek-V2, section 2.1.3; FlashMLA) has every query
+        head attend over the whole latent (576 values per token in DeepSeek-V3) instead
+        of a 128-wide head: 4 x heads x latent, ten times a GQA model of the same hidden
+        size, which is why MLA decode is compute-bound (FlashMLA's deep dive, 2025-04:
+        2 h_q s_k (d_k + d_v) FLOPs with d_k = 576, d_v = 512, i.e. 6 % below 4 x 576;
+        up to 660 TFLOPS of BF16 on an H800). The latent width is the cache's values per
+        token per layer (``kv_bytes_per_token`` / layers / ``kv_value_bytes``).
+        """
+        if self.kv_shards == 1 and self.heads and self.kv_value_bytes:
+            latent = self.kv_bytes_per_token / (self.layers * self.kv_value_bytes)
+            return 4.0 * self.layers * self.heads * latent
+        return 4.0 * self.layers * self.attention_width
 
     def kv_bytes(self, tokens: float) -> float:
         """KV-cache bytes held for ``tokens`` tokens of context."""

@@ -80,6 +80,13 @@ TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
 # Anything above this is a typo or an attack, not a task (larger than any context window).
 MAX_TOKENS = 50_000_000
+# Attention (decode and prefill) multiplies at the 16-bit tensor-core rate whatever the
+# weights' or the cache's dtype: servers store an FP8 cache and dequantize it "to BF16/
+# FP16 at the reading time for attention calculation" (SGLang, sgl-project/sglang#10083);
+# FlashInfer's FP8-cache decode casts it on load; FlashMLA ships BF16/FP16 kernels; FP8
+# attention (FlashAttention-3) is opt-in, and no production server runs attention on the
+# 4-bit tensor cores. Bytes per value of that math, for HardwareProfile.peak_flops.
+ATTENTION_MATH_BYTES = 2.0
 
 
 def _positive_int(value: Any, name: str, minimum: int = 0) -> int:
@@ -342,9 +349,11 @@ def decode_step_seconds(
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
-    bytes = (weights touched by the batch + KV of every stream) / TP;
-    FLOPs = (2 N_active B + 4 L d sum(contexts)) / TP; step = max(memory, compute)
-    + per-layer all-reduces (or the experts' all-to-all) + pipeline hops. With eta = 1
+    Per operator (:func:`_decode_step_line`): attention = max(KV of every stream,
+    4 L w sum(contexts) FLOPs at the 16-bit rate; w the attention width,
+    ``ModelSpec.decode_attention_flops``) + weight GEMMs = max(weights touched by the
+    batch, 2 N_active B FLOPs), each over TP GPUs, + per-layer all-reduces (or the
+    experts' all-to-all) + pipeline hops. With eta = 1
     and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
     speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
     k + 1 times).
@@ -470,7 +479,8 @@ def _decode_step_line(
     tp, ep = tensor_parallel, expert_parallel
     mem_rate = tp * hw.memory_bandwidth * eta_mem
     flop_rate = tp * compute_peak(model, hw) * eta_flop
-    attn = 4 * model.layers * model.hidden_size * tokens_per_stream
+    attn = model.decode_attention_flops * tokens_per_stream
+    attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * eta_flop
     act = tokens * model.hidden_size * activation_bytes
     split = attention_split(model, tp, attention_data_parallel)
     weights = step_weight_bytes(model, tokens, tp, ep) + split.extra_weight_bytes
@@ -482,8 +492,8 @@ def _decode_step_line(
     return _StepLine(
         mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,
         mem1=split.kv_copies * model.kv_bytes_per_token / mem_rate,
-        flop0=attn * others_in_kv / flop_rate,
-        flop1=attn / flop_rate,
+        flop0=attn * others_in_kv / attn_rate,
+        flop1=attn / attn_rate,
         fixed=t_comm + t_gemm,
         collectives=t_comm,
     )
@@ -654,9 +664,10 @@ def _gpu_drafting(
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
         kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * context),
-        attention_flops=4 * m.layers * m.hidden_size * batch * context,
+        attention_flops=m.decode_attention_flops * batch * context,
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
+        attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_flop,
         fixed=line.collectives + k.step_overhead,
     )
     return shape.passes * one
@@ -686,17 +697,18 @@ def _prefill_seconds(s: _Served, new, cached):
     arrays of them: one prefill per element)."""
     m, k = s.model, s.knobs
     # Causal attention over the cached prefix and the new tokens themselves.
-    flops = 2 * m.active_params_prefill * new + 2 * m.layers * m.hidden_size * (
-        new * new + 2 * new * cached
-    )
-    peak = compute_peak(m, s.hw)
+    # The weight GEMMs at the weights' tensor-core rate, attention (2 L w (n^2 + 2 n c)
+    # over the attention width w) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
+    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
+    attention = 2 * m.layers * m.attention_width * (new * new + 2 * new * cached)
+    flop_seconds = gemm + attention / s.hw.peak_flops(ATTENTION_MATH_BYTES)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
         share = max(s.place.layers_per_stage) / m.layers
-        return flops * share / (peak * k.eta_flop) + k.wafer_pass
+        return flop_seconds * share / k.eta_flop + k.wafer_pass
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
-    t_flop = flops / (tp * peak * k.eta_flop)
+    t_flop = flop_seconds / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
     split = s.attention

@@ -206,6 +206,9 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         attention_bytes=attn_b,
         expert_bytes=expert_b,
         kv_shards=kv_shards,
+        heads=heads,
+        head_dim=head_dim,
+        kv_value_bytes=kv_b,
     )
 
 

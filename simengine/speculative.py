@@ -255,17 +255,19 @@ def gpu_drafter_seconds(
     attention_flops: float,
     mem_rate: float,
     flop_rate: float,
+    attention_rate: float,
     fixed: float,
 ) -> float:
     """One drafter pass for a batch on GPUs: the drafter's roofline (its share of the
-    target's active weights and FLOPs; KV and attention by its depth share) plus its
-    depth share of the target step's fixed latencies (collectives, launches)."""
+    target's active weights and FLOPs at ``flop_rate``; KV and attention by its depth
+    share, attention at ``attention_rate``) plus its depth share of the target step's
+    fixed latencies (collectives, launches)."""
     if not shape.passes:
         return 0.0
     mem = (shape.params_fraction * active_params * bytes_per_param
            + shape.depth_fraction * kv_bytes) / mem_rate  # fmt: skip
-    flop = (2 * shape.params_fraction * active_params * batch
-            + shape.depth_fraction * attention_flops) / flop_rate  # fmt: skip
+    flop = (2 * shape.params_fraction * active_params * batch / flop_rate
+            + shape.depth_fraction * attention_flops / attention_rate)  # fmt: skip
     return max(mem, flop) + shape.depth_fraction * fixed
 
 

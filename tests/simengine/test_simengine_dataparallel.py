@@ -22,7 +22,7 @@ from simengine.hardware import HARDWARE
 from simengine.kv import KV_PAGE_TOKENS
 from simengine.moe import compute_peak
 from simengine.parallel import attention_dp_batch_cap, attention_dp_weight_bytes
-from simengine.perf import Deployment, serving_point
+from simengine.perf import ATTENTION_MATH_BYTES, Deployment, serving_point
 from simengine.spec import model_from_spec, predict_spec
 
 from .test_simengine_kv import LLAMA_8B
@@ -46,7 +46,8 @@ def test_decode_step_sums_the_attention_and_gemm_rooflines():
     batch, ctx = 512, 400.0
     step = decode_step_seconds(m, hw, batch=batch, context_tokens=ctx, other_context_tokens=ctx)
     kv_read = batch * ctx * m.kv_bytes_per_token / hw.memory_bandwidth
-    attn_flops = batch * ctx * 4 * m.layers * m.hidden_size / compute_peak(m, hw)
+    # Attention multiplies at the 16-bit rate (test_simengine_attention.py).
+    attn_flops = batch * ctx * m.decode_attention_flops / hw.peak_flops(ATTENTION_MATH_BYTES)
     gemm = max(m.weight_bytes / hw.memory_bandwidth,
                batch * 2 * m.active_params_decode / compute_peak(m, hw))  # fmt: skip
     assert step == pytest.approx(max(kv_read, attn_flops) + gemm, rel=1e-9)
