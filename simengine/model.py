@@ -275,6 +275,19 @@ class ModelSpec(HashOnce):
         return asdict(self)
 
 
+# The narrowest KV cache a server keeps unless told otherwise: 8 bits. A 4-bit checkpoint
+# still caches K and V in FP8 (NVIDIA's ModelOpt NVFP4 checkpoints, the ones published
+# benchmarks run, quantize the KV cache to FP8; a 4-bit cache is a separate, opt-in
+# recipe: TensorRT-LLM's "NVFP4 KV Cache"; vLLM's kv_cache_dtype has no 4-bit choice).
+MIN_DEFAULT_KV_BYTES = 1.0
+
+
+def default_kv_value_bytes(weight_bytes: float) -> float:
+    """Bytes per cached K/V value when only the weights' dtype is stated: the weights'
+    bytes, but never below 8 bits (:data:`MIN_DEFAULT_KV_BYTES`)."""
+    return max(weight_bytes, MIN_DEFAULT_KV_BYTES)
+
+
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_bytes: float) -> float:
     """KV-cache bytes per token from the architecture: 2 (K and V) x layers x KV heads x
     head size x bytes per value (Llama-3.1-70B in BF16: 2 x 80 x 8 x 128 x 2 = 327,680)."""
@@ -320,7 +333,8 @@ def architecture_kv_bytes(name: str, arch: dict[str, Any]) -> float:
     """KV bytes per token of a catalog architecture table.
 
     With ``kv_heads`` and ``head_dim`` (and ``kv_dtype_bytes``, default the weights'
-    ``bytes_per_param``) the size is computed from the architecture, and a typed
+    ``bytes_per_param`` but never below 8 bits, :func:`default_kv_value_bytes`) the size
+    is computed from the architecture, and a typed
     ``kv_bytes_per_token`` must agree within 1 %. Without them the table must say
     ``kv_compressed = true`` (a published compressed-cache size, e.g. DeepSeek's ~890
     bytes) and the typed value is used. Anything else is a SimEngineError.
@@ -332,7 +346,7 @@ def architecture_kv_bytes(name: str, arch: dict[str, Any]) -> float:
                 int(arch["layers"]),
                 int(arch["kv_heads"]),
                 int(arch["head_dim"]),
-                float(arch.get("kv_dtype_bytes", arch["bytes_per_param"])),
+                float(arch.get("kv_dtype_bytes", default_kv_value_bytes(arch["bytes_per_param"]))),
             )
         except KeyError as exc:
             raise SimEngineError(f"model {name!r}: architecture lacks {exc.args[0]!r}") from None

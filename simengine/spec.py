@@ -39,7 +39,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .model import ModelSpec, kv_bytes_per_token
+from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import Deployment, serving_point
@@ -106,7 +106,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "dtype": "bf16",  # weights
     "attention_dtype": None,  # non-expert weights (attention, embeddings); default: dtype
     "expert_dtype": None,  # expert weights (MoE); default: dtype
-    "kv_dtype": None,  # KV cache; default: dtype
+    "kv_dtype": None,  # KV cache; default: dtype, but never below 8 bits (fp4 -> fp8)
     # Mixture of experts: routed experts (null: dense, or a 256/8 layout when
     # active_params_b < params_b), routed experts per token, always-active shared experts.
     "experts": None,
@@ -172,7 +172,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     bpp = _dtype(m, "dtype", "model.")
     attn_b = bpp if m["attention_dtype"] is None else _dtype(m, "attention_dtype", "model.")
     expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
-    kv_b = bpp if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
+    kv_b = default_kv_value_bytes(bpp) if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
     kv_shards = kv_heads

@@ -184,3 +184,15 @@ def test_replicas_multiply_throughput_not_per_stream_speed():
         4 * one["throughput_tokens_per_second"]
     )
     assert four["tokens_per_second"] == one["tokens_per_second"]
+
+
+def test_a_4_bit_checkpoint_keeps_an_8_bit_cache_by_default():
+    # Production default (ModelOpt NVFP4 checkpoints cache K/V in FP8; a 4-bit cache is
+    # opt-in): kv_dtype omitted = the weights' dtype, never below 8 bits.
+    base = {**LLAMA_8B, "dtype": "nvfp4"}
+    fp4_weights = model_from_spec(base)
+    assert fp4_weights.kv_value_bytes == 1.0
+    assert fp4_weights.kv_bytes_per_token == 2 * 32 * 8 * 128 * 1.0
+    assert model_from_spec({**base, "kv_dtype": "fp4"}).kv_value_bytes == 0.5  # stated: kept
+    assert model_from_spec({**LLAMA_8B, "dtype": "bf16"}).kv_value_bytes == 2.0
+    assert model_from_spec(LLAMA_8B).kv_value_bytes == 1.0  # fp8 weights, fp8 cache
