@@ -80,7 +80,7 @@ class ModelSpec(HashOnce):
     # shared by all heads (MLA); 0 = not stated (splits evenly, no replication).
     kv_shards: int = 0
     # Attention shape (0 = not stated): query heads, head dimension, bytes per cached KV
-    # value. They set the decode attention kernels' FLOPs (decode_attention_flops).
+    # value. They set attention's FLOPs (attention_width, decode_attention_flops).
     heads: int = 0
     head_dim: int = 0
     kv_value_bytes: float = 0.0
