@@ -84,6 +84,9 @@ class ModelSpec(HashOnce):
     heads: int = 0
     head_dim: int = 0
     kv_value_bytes: float = 0.0
+    # True when the cache is a latent shared by all heads (MLA: a published cache smaller
+    # than K and V per KV head); multi-query attention (one KV head) is not one.
+    latent_cache: bool = False
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and
@@ -100,6 +103,17 @@ class ModelSpec(HashOnce):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SimEngineError(f"ModelSpec {self.name!r}: {field} must be > 0, got {value!r}")
+        for field in ("heads", "head_dim"):
+            value = getattr(self, field)
+            if not (isinstance(value, int) and value >= 0):
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: {field} must be an integer >= 0, got {value!r}"
+                )
+        value = self.kv_value_bytes
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise SimEngineError(
+                f"ModelSpec {self.name!r}: kv_value_bytes must be >= 0, got {value!r}"
+            )
         for field in ("layers", "hidden_size", "context_window"):
             value = getattr(self, field)
             if not (isinstance(value, int) and value > 0):
@@ -261,7 +275,7 @@ class ModelSpec(HashOnce):
         up to 660 TFLOPS of BF16 on an H800). The latent width is the cache's values per
         token per layer (``kv_bytes_per_token`` / layers / ``kv_value_bytes``).
         """
-        if self.kv_shards == 1 and self.heads and self.kv_value_bytes:
+        if self.latent_cache and self.heads and self.kv_value_bytes:
             latent = self.kv_bytes_per_token / (self.layers * self.kv_value_bytes)
             return 4.0 * self.layers * self.heads * latent
         return 4.0 * self.layers * self.attention_width

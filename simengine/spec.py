@@ -175,7 +175,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     kv_b = default_kv_value_bytes(bpp) if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
-    kv_shards = kv_heads
+    kv_shards, latent = kv_heads, False
     if m["kv_bytes_per_token"] is None:
         kv = per_head
     else:
@@ -183,7 +183,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         if kv < per_head * (1 - 1e-6):
             # A published cache smaller than K and V per head is a latent shared by all
             # heads (multi-head latent attention): it does not split over TP GPUs.
-            kv_shards = 1
+            kv_shards, latent = 1, True
     window = (
         max(8192, tokens) if m["context_window"] is None else _int(m, "context_window", "model.")
     )
@@ -206,6 +206,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         attention_bytes=attn_b,
         expert_bytes=expert_b,
         kv_shards=kv_shards,
+        latent_cache=latent,
         heads=heads,
         head_dim=head_dim,
         kv_value_bytes=kv_b,

@@ -15,8 +15,11 @@ Each term isolated:
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from simengine import SimEngineError
 from simengine.hardware import HARDWARE
 from simengine.perf import ATTENTION_MATH_BYTES, _decode_step_line
 from simengine.spec import model_from_spec, predict_spec
@@ -96,3 +99,20 @@ def test_prefill_attention_follows_the_width():
     wide = predict_spec({**spec, "model": QWEN3_30B})["ttft_seconds"]
     narrow = predict_spec({**spec, "model": {**QWEN3_30B, "heads": 16}})["ttft_seconds"]
     assert wide > 1.3 * narrow
+
+
+def test_multi_query_attention_is_not_a_latent_cache():
+    # One KV head (MQA) also splits one way over TP, but each head still attends over a
+    # head_dim-wide K and V: 4 x layers x heads x head_dim, not the latent formula.
+    mqa = model_from_spec({**QWEN3_30B, "kv_heads": 1})
+    assert mqa.kv_shards == 1 and not mqa.latent_cache
+    assert mqa.decode_attention_flops == 4.0 * 48 * 32 * 128
+    assert model_from_spec(DEEPSEEK).latent_cache
+
+
+@pytest.mark.parametrize(
+    "field, value", [("heads", -1), ("head_dim", 1.5), ("kv_value_bytes", float("nan"))]
+)
+def test_attention_shape_fields_are_validated(field, value):
+    with pytest.raises(SimEngineError, match=field):
+        dataclasses.replace(model_from_spec(QWEN3_30B), **{field: value})
