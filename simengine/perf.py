@@ -463,7 +463,7 @@ def _decode_step_line(
     activation_bytes: float,
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
-    attention_data_parallel: bool = False,
+    split: AttentionSplit | None = None,
 ) -> _StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -474,6 +474,8 @@ def _decode_step_line(
     # max(KV read, attention FLOPs) + max(weight read, GEMM FLOPs) + collectives.
     # Rates are the whole group's (TP GPUs; under attention data parallelism the same
     # GPUs each attend for their own streams, simengine.parallel.attention_dp_*).
+    # ``split``: how attention sits on the group (a served deployment's, resolved once
+    # by _serve); None: split by head over the TP group.
     others_in_kv = (batch - 1) * other_context_tokens
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
@@ -482,7 +484,8 @@ def _decode_step_line(
     attn = model.decode_attention_flops * tokens_per_stream
     attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * eta_flop
     act = tokens * model.hidden_size * activation_bytes
-    split = attention_split(model, tp, attention_data_parallel)
+    if split is None:
+        split = attention_split(model, tp, False)
     weights = step_weight_bytes(model, tokens, tp, ep) + split.extra_weight_bytes
     t_comm = moe_collectives_seconds(
         model, hw, tokens, split.allreduce_group, ep, allreduce_base, activation_bytes
@@ -641,7 +644,7 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         activation_bytes=k.activation_bytes,
         tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
         expert_parallel=s.deployment.expert_parallel,
-        attention_data_parallel=s.deployment.attention_data_parallel,
+        split=s.attention,
     )
     fixed = line.fixed + k.step_overhead
     if spec is None:
