@@ -53,7 +53,9 @@ def test_the_request_id_follows_a_job_into_the_worker_log(
         code, job = stack.call("POST", "/api/v1/jobs", SMALL, headers={"X-Request-ID": rid})
         assert code == 202, job
         stack.wait_status([job["id"]])
-        worker.wait_for_log("routing.sweep_jobs[", timeout=30)
+        # A sweep's "succeeded" line, not its "received" one: read too early, the log
+        # held the receipt but not yet the line asserted below (a CI run at 03:05 UTC).
+        worker.wait_for_log(r"Task routing\.sweep_jobs\[\S+\] succeeded", timeout=30, regex=True)
         lines = task_lines(worker.log_text(), log_format)
         for task in ("routing.run_job", "routing.finish_job"):
             mine = [r for r in lines if r["name"] == task and r["request_id"] == rid]
