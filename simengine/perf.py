@@ -830,10 +830,13 @@ def _chunks(s: _Served, tokens: int) -> int:
 def _interference(
     s: _Served, batch: float | None, mean_prefill: float, mean_output: float
 ) -> float:
-    # Chunked-prefill interference (simengine.kv.interference); none on wafers.
+    # Chunked-prefill interference (simengine.kv.interference); none on wafers. A
+    # pipeline's stages prefill their own layers while the others work on other chunks
+    # or micro-batches, so a prompt holds each stage for its prefill / stages (its TTFT
+    # still crosses every stage: _prefill_seconds is the whole chain).
     if s.hw.kind != "gpu":
         return 0.0
-    return interference(batch, mean_prefill, mean_output)
+    return interference(batch, mean_prefill / s.place.pipeline_stages, mean_output)
 
 
 @dataclass(frozen=True, slots=True)
