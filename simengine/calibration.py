@@ -16,15 +16,18 @@ import argparse
 import json
 import math
 import sys
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .holdout import evaluate_holdout, evaluate_own_holdout
+from .holdout import evaluate_holdout, evaluate_own_holdout, validate_figure
 from .model import LLAMA_3_1_8B, LLAMA_3_1_70B, ModelSpec, load_catalog_models
 from .params import (
     DEFAULT_PARAMS,
@@ -42,6 +45,7 @@ from .report import (
     leave_one_out_table,
     own_holdout_table,
     plot_own_holdout,
+    unfitted_points_table,
 )
 from .results import CalibrationResult, CalibrationRow, ParameterRow
 from .spec import predict_spec
@@ -238,6 +242,44 @@ def _wafer_point(point: Mapping[str, Any]) -> Evaluator:
     return lambda c, p: predict_spec(spec, p)["tokens_per_second"]
 
 
+# GPU serving figures the GPU roofline efficiencies and the step overhead are fitted to
+# (data/gpu_points.toml): MLPerf Inference results and serving-framework benchmarks from
+# 2025 on, none from a source any hold-out figure comes from. Frozen before the first fit
+# (the file's header says how they were chosen and what was left out).
+GPU_POINTS_FILE = Path(__file__).with_name("data") / "gpu_points.toml"
+# Published GPU figures of one model on one GPU differ this much between servers,
+# settings and dates (the hold-outs' own spread), so the points are held to it.
+GPU_POINT_TOLERANCE = 0.40
+
+
+def load_gpu_points(path: str | Path = GPU_POINTS_FILE) -> list[dict[str, Any]]:
+    """The GPU calibration points as dicts (validated like hold-out figures; ids unique)."""
+    with open(path, "rb") as fh:
+        points = tomllib.load(fh).get("point", [])
+    for point in points:
+        validate_figure(point, "GPU calibration point", ("assumed",))
+        if point["spec"]["hardware"] == "cs-3":
+            raise SimEngineError(f"GPU calibration point {point['id']!r} is on a wafer")
+        if not isinstance(point.get("fit", True), bool):
+            raise SimEngineError(f"GPU calibration point {point['id']!r}: fit must be a bool")
+        if not point.get("fit", True) and not point.get("not_fitted"):
+            raise SimEngineError(
+                f"GPU calibration point {point['id']!r}: fit = false needs not_fitted"
+            )
+    ids = [point["id"] for point in points]
+    if len(set(ids)) != len(ids):
+        raise SimEngineError("GPU calibration point ids must be unique")
+    return points
+
+
+GPU_POINTS: tuple[dict[str, Any], ...] = tuple(load_gpu_points())
+
+
+def _gpu_point(point: Mapping[str, Any]) -> Evaluator:
+    spec, metric = point["spec"], point["metric"]
+    return lambda c, p: float(predict_spec(spec, p)[metric])
+
+
 def _wafers(which: str, device: str = "wse-3") -> Evaluator:
     def f(c: CalibrationContext, p: EngineParams) -> float:
         model = {"sol": c.sol, "spark": c.spark, "llama70b": LLAMA_3_1_70B}[which]
@@ -263,6 +305,13 @@ def default_targets() -> list[Target]:
         Target(w["name"], "wse-3@2024.10", w["text"], w["published"], w["published"],
                WAFER_ERA_TOLERANCE, _wafer_point(w))
         for w in WAFER_ERA_POINTS
+    ]  # fmt: skip
+
+    gpu_points = [
+        Target(g["id"], "gpu@2026.08", g["figure"], g["published"], g["published"],
+               GPU_POINT_TOLERANCE, _gpu_point(g))
+        for g in GPU_POINTS
+        if g.get("fit", True)
     ]  # fmt: skip
 
     return [
@@ -299,6 +348,7 @@ def default_targets() -> list[Target]:
         Target("llama70b_launch_tokens_per_s", "wse-3@2024.08", "Llama 3.1-70B 450 tok/s, 4 CS-3",
                450, 450, t10, _llama_launch(LLAMA_3_1_70B, 4)),
         *wafer_era,
+        *gpu_points,
         Target("llama70b_wafers", "placement", "Llama 3.1-70B on 4 CS-3",
                4, 4, 0.0, _wafers("llama70b"), fit=False),
         Target("spark_wafers", "placement", "Spark fits on a single wafer",
@@ -512,6 +562,25 @@ class LeaveOneOutRow:
     error: float  # predicted / published - 1
 
 
+@dataclass(frozen=True)
+class UnfittedPoint(LeaveOneOutRow):
+    """A GPU point kept out of the fit (``fit = false``), predicted with the fit."""
+
+    why: str
+
+
+def unfitted_gpu_points(params: EngineParams = DEFAULT_PARAMS) -> list[UnfittedPoint]:
+    """The GPU points the fit does not read, each predicted with ``params``."""
+    rows = []
+    for g in GPU_POINTS:
+        if g.get("fit", True):
+            continue
+        value = _gpu_point(g)(None, params)
+        rows.append(UnfittedPoint(g["id"], g["published"], value,
+                                  value / g["published"] - 1.0, g["not_fitted"]))  # fmt: skip
+    return rows
+
+
 GDPVAL_FIT_TARGETS = (
     "gdpval_standard_total_s",
     "gdpval_standard_generation_s",
@@ -547,15 +616,40 @@ def leave_one_out(
     return rows
 
 
+def leave_one_source_out(
+    *, sol: ModelSpec, spark: ModelSpec, start: EngineParams | None = None
+) -> list[LeaveOneOutRow]:
+    """For each source of fitted GPU points (its site): refit without all of its points,
+    then predict each of them (do the other sources' figures carry the GPU knobs?)."""
+    targets = default_targets()
+    defaults = default_deployments()
+    ctx = CalibrationContext(sol, spark, defaults["sol"], defaults["spark"])
+    by_source: dict[str, list[str]] = {}
+    for g in GPU_POINTS:
+        if g.get("fit", True):
+            by_source.setdefault(urlparse(g["url"]).netloc, []).append(g["id"])
+    rows = []
+    for names in by_source.values():
+        left = [t for t in targets if t.name in names]
+        kept = [t for t in targets if t.name not in names]
+        refit = calibrate(kept, sol=sol, spark=spark, start=start)
+        for t in left:
+            value = float(t.evaluate(ctx, refit.params))
+            rows.append(LeaveOneOutRow(t.name, t.centre, value, value / t.centre - 1.0))
+    return rows
+
+
 def leave_one_out_checks(
     sol: ModelSpec, spark: ModelSpec, start: EngineParams | None = None
 ) -> dict[str, list[LeaveOneOutRow]]:
-    """Both identifiability checks: leave one GDP-Val target out, leave one model out."""
+    """The identifiability checks: leave one GDP-Val target out, leave one wafer model
+    out, leave one source of GPU points out."""
     return {
         "gdp-val": leave_one_out(GDPVAL_FIT_TARGETS, sol=sol, spark=spark, start=start),
         "wafer model": leave_one_out(
             [w["name"] for w in WAFER_ERA_POINTS], sol=sol, spark=spark, start=start
         ),
+        "gpu source": leave_one_source_out(sol=sol, spark=spark, start=start),
     }
 
 
@@ -572,7 +666,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--leave-one-out",
         action="store_true",
-        help="also refit without each GDP-Val target and each wafer-era model (slower)",
+        help="also refit without each GDP-Val target, each wafer-era model and each source "
+        "of GPU points (slower; default: no refits)",
     )
     args = ap.parse_args(argv)
     specs = load_catalog_models(args.catalog)
@@ -583,6 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result = calibrate(sol=sol, spark=spark)
     print(calibration_table(result))
+    print()
+    print(unfitted_points_table(unfitted_gpu_points(result.params)))
     print()
     print(holdout_table(evaluate_holdout(result.params)))
     print()

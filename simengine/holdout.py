@@ -83,14 +83,15 @@ def load_holdout(path: str | Path = HOLDOUT_FILE) -> list[dict[str, Any]]:
     with open(path, "rb") as fh:
         figures = tomllib.load(fh).get("figure", [])
     for f in figures:
-        _validate_common(f, "hold-out figure")
+        validate_figure(f, "hold-out figure")
     return figures
 
 
 _COMMON_KEYS = ("id", "figure", "source", "url", "date", "metric", "published", "spec")
 
 
-def _validate_common(f: Mapping[str, Any], what: str, extra: Sequence[str] = ()) -> None:
+def validate_figure(f: Mapping[str, Any], what: str, extra: Sequence[str] = ()) -> None:
+    """A published figure has its source, date, a known metric, a value > 0 and a spec."""
     for key in (*_COMMON_KEYS, *extra):
         if key not in f:
             raise SimEngineError(f"{what} {f.get('id', '?')!r} lacks {key!r}")
@@ -228,7 +229,7 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
 
 def _validate_own(f: Mapping[str, Any]) -> None:
     fid = f.get("id", "?")
-    _validate_common(f, "own hold-out figure", ("kind", "table", "assumed"))
+    validate_figure(f, "own hold-out figure", ("kind", "table", "assumed"))
     kind = f["kind"]
     if not isinstance(kind, Mapping) or set(kind) != set(KIND_VALUES):
         raise SimEngineError(f"own hold-out figure {fid!r}: kind needs {sorted(KIND_VALUES)}")

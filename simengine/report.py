@@ -130,6 +130,16 @@ def holdout_table(result: HoldoutResult) -> str:
     return text
 
 
+def unfitted_points_table(rows: Sequence[Any]) -> str:
+    """GPU calibration points kept out of the fit: predicted, published, error, why."""
+    table = _table(
+        ["point", "predicted", "published", "error"],
+        [(r.name, _num(r.predicted), _num(r.published), f"{r.error:+.1%}") for r in rows],
+    )
+    why = "".join(f"\n- {r.name}: {r.why}" for r in rows)
+    return "GPU points reported, not fitted (fit = false)\n" + table + why
+
+
 def _pct(x: float | str | None) -> str:
     if x is None:
         return "-"

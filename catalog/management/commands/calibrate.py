@@ -5,20 +5,23 @@ from django.core.management.base import BaseCommand, CommandError
 import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
+from simengine.calibration import unfitted_gpu_points
 from simengine.holdout import evaluate_holdout, evaluate_own_holdout
 from simengine.report import (
     calibration_table,
     holdout_table,
     own_holdout_table,
     plot_own_holdout,
+    unfitted_points_table,
 )
 
 
 class Command(BaseCommand):
     help = (
         "Fit the engine's named parameters to the published figures (GPT-5.6 Sol, "
-        "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU ceilings) and print each "
-        "target, the model's value and the residual, then the hold-out and issue 28's own "
+        "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU serving points, GPU "
+        "ceilings) and print each target, the model's value and the residual, the GPU "
+        "points kept out of the fit, then the hold-out and issue 28's own "
         "hold-out (with the error by kind: GPU/wafer, dense/MoE, latency/throughput)."
     )
 
@@ -49,11 +52,18 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         holdout = evaluate_holdout(result.params)
         own = evaluate_own_holdout(result.params)
+        unfitted = unfitted_gpu_points(result.params)
         if o["json"]:
-            data = {**result.to_dict(), "holdout": holdout.to_dict(), "own_holdout": own.to_dict()}
+            data = {
+                **result.to_dict(),
+                "unfitted_gpu_points": [vars(r) for r in unfitted],
+                "holdout": holdout.to_dict(),
+                "own_holdout": own.to_dict(),
+            }
             self.stdout.write(json.dumps(data, indent=2, default=str))
         else:
             self.stdout.write(calibration_table(result))
+            self.stdout.write("\n" + unfitted_points_table(unfitted))
             self.stdout.write("\n" + holdout_table(holdout))
             self.stdout.write("\n" + own_holdout_table(own))
         if o["plot"]:

@@ -1,0 +1,136 @@
+"""The GPU calibration points: what the GPU tensor-core efficiency and the step overhead
+are fitted to, kept apart from every hold-out figure, and actually moving the fit.
+
+No test here asserts the hold-outs' error (the calibration tests check the fitted points
+are reproduced within their tolerance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+import simengine.calibration as calibration
+from simengine.calibration import (
+    GPU_POINTS,
+    default_targets,
+    load_gpu_points,
+    unfitted_gpu_points,
+)
+from simengine.errors import SimEngineError
+from simengine.holdout import load_holdout, load_own_holdout
+from simengine.params import FIXED_VALUES, PRIORS
+from simengine.spec import predict_spec
+
+GPU_KNOBS = ("gpu@2026.08:eta_flop", "gpu:step_overhead")
+FITTED = [p for p in GPU_POINTS if p.get("fit", True)]
+
+
+def _page(url: str) -> str:
+    # A source page, whatever its scheme or a trailing slash.
+    return url.split("://", 1)[-1].rstrip("/").lower()
+
+
+def test_points_are_dated_sourced_gpu_figures_from_2025_on():
+    assert len(FITTED) >= 7
+    for p in GPU_POINTS:
+        assert p["url"].startswith("https://") and p["source"] and p["assumed"], p["id"]
+        assert dt.date.fromisoformat(str(p["date"])[:7] + "-01") >= dt.date(2025, 1, 1), p["id"]
+        assert p["spec"]["hardware"] != "cs-3", p["id"]
+        assert "speculative" not in p["spec"], p["id"]  # acceptance would be a guess
+        predict_spec(p["spec"])  # every point is expressible as stated
+
+
+def test_no_point_shares_a_source_page_or_a_figure_with_either_holdout():
+    holdout = [*load_holdout(), *load_own_holdout()]
+    pages = {_page(f["url"]) for f in holdout}
+    assert not pages & {_page(p["url"]) for p in GPU_POINTS}
+    # Not the same figure under another address either.
+    figures = {(f["spec"]["hardware"], f["spec"]["model"].get("name"), f["published"])
+               for f in holdout}  # fmt: skip
+    assert not figures & {
+        (p["spec"]["hardware"], p["spec"]["model"].get("name"), p["published"]) for p in GPU_POINTS
+    }
+
+
+def test_points_cover_latency_and_throughput_dense_and_moe_and_three_gpus():
+    kinds = {(p["kind"]["model"], p["kind"]["measure"]) for p in GPU_POINTS}
+    assert {"dense", "moe"} <= {k[0] for k in kinds}
+    assert {"latency", "throughput"} <= {k[1] for k in kinds}
+    assert len({p["spec"]["hardware"] for p in GPU_POINTS}) >= 3
+
+
+def test_every_fitted_point_is_a_fit_target_of_the_gpu_era_and_no_other_is():
+    targets = {t.name: t for t in default_targets()}
+    for p in GPU_POINTS:
+        if not p.get("fit", True):
+            assert p["id"] not in targets and p["not_fitted"], p["id"]
+            continue
+        t = targets[p["id"]]
+        assert t.fit and t.group == "gpu@2026.08"
+        assert t.low == t.high == p["published"]
+        assert t.tolerance == calibration.GPU_POINT_TOLERANCE
+
+
+def test_unfitted_points_are_still_predicted_and_reported():
+    rows = unfitted_gpu_points()
+    assert {r.name for r in rows} == {p["id"] for p in GPU_POINTS if not p.get("fit", True)}
+    for r in rows:
+        assert r.predicted > 0 and r.error == pytest.approx(r.predicted / r.published - 1)
+        assert r.why
+
+
+def test_tensor_core_efficiency_and_step_overhead_are_fitted_hbm_efficiency_fixed():
+    for name in GPU_KNOBS:
+        assert name in PRIORS and name not in FIXED_VALUES
+    # The points do not determine the HBM efficiency (rank check): it stays fixed.
+    assert "gpu@2026.08:eta_mem" in FIXED_VALUES and "gpu@2026.08:eta_mem" not in PRIORS
+
+
+@pytest.fixture(scope="module")
+def fitted(sol, spark):
+    return calibration.calibrate(sol=sol, spark=spark)
+
+
+def test_the_points_determine_the_gpu_knobs(fitted):
+    rows = {r.name: r for r in fitted.parameters}
+    for name in GPU_KNOBS:
+        # Most of each knob's spread is removed by the data, not left to its prior.
+        assert rows[name].data_share > 0.5, rows[name]
+    assert 0.3 <= fitted.params.get("gpu@2026.08:eta_flop") <= 1.0
+    assert 0.2e-3 <= fitted.params.get("gpu:step_overhead") <= 10e-3
+
+
+def test_a_point_moves_the_fit(sol, spark, fitted):
+    # The fit reads the points: GPU serving figures published twice as fast pull the
+    # tensor-core efficiency up and the step overhead down.
+    targets = [
+        dataclasses.replace(t, low=2 * t.low, high=2 * t.high) if t.group == "gpu@2026.08" else t
+        for t in default_targets()
+    ]
+    faster = calibration.calibrate(targets, sol=sol, spark=spark, start=fitted.params)
+    assert faster.params.get("gpu@2026.08:eta_flop") > fitted.params.get("gpu@2026.08:eta_flop")
+    assert faster.params.get("gpu:step_overhead") < fitted.params.get("gpu:step_overhead")
+
+
+def test_loader_rejects_duplicates_wafers_and_missing_fields(tmp_path):
+    good = (
+        '[[point]]\nid = "a"\nfigure = "f"\nsource = "s"\nurl = "https://x"\ndate = "2025-05"\n'
+        'metric = "tokens_per_second"\npublished = 1.0\nassumed = "n"\n'
+        '[point.spec]\nhardware = "h100"\nmodel = { layers = 1, hidden = 64, params_b = 1.0 }\n'
+    )
+    path = tmp_path / "p.toml"
+    path.write_text(good)
+    assert [p["id"] for p in load_gpu_points(path)] == ["a"]
+    for bad, message in (
+        (good + good, "unique"),
+        (good.replace('"h100"', '"cs-3"'), "wafer"),
+        (good.replace('assumed = "n"\n', ""), "assumed"),
+        (good.replace('assumed = "n"\n', 'assumed = "n"\nfit = false\n'), "not_fitted"),
+        (good.replace('assumed = "n"\n', 'assumed = "n"\nfit = "no"\n'), "bool"),
+    ):
+        path.write_text(bad)
+        with pytest.raises(SimEngineError, match=message):
+            load_gpu_points(path)
