@@ -44,8 +44,8 @@ FIXED_VALUES: dict[str, float] = {
     # totals hardly constrain it (rank check), so an assumption.
     "transport:legacy:round_trip": 0.2,
     # GPU HBM efficiency (notes: eta_mem 0.6-0.8). The GPU calibration points do not
-    # determine it (fitted with them it takes 0.81 with 10 % of its spread removed by
-    # the data: the fit's rank check), so it stays at the centre of the notes' range.
+    # determine it (fitted with them it takes about 0.8 with under 10 % of its spread
+    # removed by the data: the fit's rank check), so it stays at the centre of the range.
     "gpu@2026.08:eta_mem": 0.75,
     # Speculative decoding is no parameter: its gain follows from the method's published
     # acceptance and draft length and the hardware's step costs (simengine.speculative).
