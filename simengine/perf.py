@@ -1536,9 +1536,9 @@ def _open_loop(
     request size) with c slots and service time S(c): a request waits only while all c
     slots are held, and then every holder's request time is the full batch's (with S(N)
     a compute-bound replica, whose throughput N / S(N) has levelled off, would keep N
-    well below c at a rate just under capacity and hardly queue); and, on GPUs, waiting for the
-    prefill (chunked prefill takes waiting prompts first come, first served within
-    the step's token budget): M/D/1 on the prefill time (Pollaczek-Khinchine).
+    well below c at a rate just under capacity and hardly queue); and, on GPUs, waiting
+    for the prefill (chunked prefill takes waiting prompts first come, first served
+    within the step's token budget): M/D/1 on the prefill time (Pollaczek-Khinchine).
     Returns (batch, TTFT at the batch, TPOT, queue seconds, capacity of all replicas
     in requests/s). SimEngineError naming the capacity when the rate reaches it.
     """
@@ -1563,7 +1563,7 @@ def _open_loop(
             hi = mid
     n = hi
     batch = max(1.0, n)
-    ttft, tpot, service = at(batch)
+    ttft, tpot, _ = at(batch)
     slot_wait = wait_estimate(c, rate, 1.0 / full, 1.0, 0.0).mean_wait
     prefill_wait = wait_estimate(1, rate, 1.0 / prefill, 1.0, 0.0).mean_wait if prefill > 0 else 0.0
     return n, ttft, tpot, slot_wait + prefill_wait, capacity * replicas
