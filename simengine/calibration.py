@@ -273,6 +273,8 @@ def load_gpu_points(path: str | Path = GPU_POINTS_FILE) -> list[dict[str, Any]]:
 
 
 GPU_POINTS: tuple[dict[str, Any], ...] = tuple(load_gpu_points())
+# The points the fit reads (the others, ``fit = false``, are only reported).
+FITTED_GPU_POINTS = tuple(g for g in GPU_POINTS if g.get("fit", True))
 
 
 def _gpu_point(point: Mapping[str, Any]) -> Evaluator:
@@ -310,8 +312,7 @@ def default_targets() -> list[Target]:
     gpu_points = [
         Target(g["id"], "gpu@2026.08", g["figure"], g["published"], g["published"],
                GPU_POINT_TOLERANCE, _gpu_point(g))
-        for g in GPU_POINTS
-        if g.get("fit", True)
+        for g in FITTED_GPU_POINTS
     ]  # fmt: skip
 
     return [
@@ -573,7 +574,7 @@ def unfitted_gpu_points(params: EngineParams = DEFAULT_PARAMS) -> list[UnfittedP
     """The GPU points the fit does not read, each predicted with ``params``."""
     rows = []
     for g in GPU_POINTS:
-        if g.get("fit", True):
+        if g in FITTED_GPU_POINTS:
             continue
         value = _gpu_point(g)(None, params)
         rows.append(UnfittedPoint(g["id"], g["published"], value,
@@ -587,6 +588,29 @@ GDPVAL_FIT_TARGETS = (
     "gdpval_ultrafast_total_s",
     "gdpval_ultrafast_generation_s",
 )
+
+
+def _leave_out(
+    groups: Sequence[Sequence[str]],
+    *,
+    sol: ModelSpec,
+    spark: ModelSpec,
+    start: EngineParams | None = None,
+) -> list[LeaveOneOutRow]:
+    # For each group of fit targets: refit without all of them, then predict each.
+    targets = default_targets()
+    by_name = {t.name: t for t in targets}
+    defaults = default_deployments()
+    ctx = CalibrationContext(sol, spark, defaults["sol"], defaults["spark"])
+    rows = []
+    for group in groups:
+        kept = [t for t in targets if t.name not in group]
+        refit = calibrate(kept, sol=sol, spark=spark, start=start)
+        for name in group:
+            left = by_name[name]
+            value = float(left.evaluate(ctx, refit.params))
+            rows.append(LeaveOneOutRow(name, left.centre, value, value / left.centre - 1.0))
+    return rows
 
 
 def leave_one_out(
@@ -603,17 +627,7 @@ def leave_one_out(
     (``[w["name"] for w in WAFER_ERA_POINTS]``: leave one model out). ``start`` (the
     full fit's parameters) warm-starts each refit.
     """
-    targets = default_targets()
-    by_name = {t.name: t for t in targets}
-    defaults = default_deployments()
-    ctx = CalibrationContext(sol, spark, defaults["sol"], defaults["spark"])
-    rows = []
-    for name in names:
-        left = by_name[name]
-        refit = calibrate([t for t in targets if t.name != name], sol=sol, spark=spark, start=start)
-        value = float(left.evaluate(ctx, refit.params))
-        rows.append(LeaveOneOutRow(name, left.centre, value, value / left.centre - 1.0))
-    return rows
+    return _leave_out([[name] for name in names], sol=sol, spark=spark, start=start)
 
 
 def leave_one_source_out(
@@ -621,22 +635,10 @@ def leave_one_source_out(
 ) -> list[LeaveOneOutRow]:
     """For each source of fitted GPU points (its site): refit without all of its points,
     then predict each of them (do the other sources' figures carry the GPU knobs?)."""
-    targets = default_targets()
-    defaults = default_deployments()
-    ctx = CalibrationContext(sol, spark, defaults["sol"], defaults["spark"])
     by_source: dict[str, list[str]] = {}
-    for g in GPU_POINTS:
-        if g.get("fit", True):
-            by_source.setdefault(urlparse(g["url"]).netloc, []).append(g["id"])
-    rows = []
-    for names in by_source.values():
-        left = [t for t in targets if t.name in names]
-        kept = [t for t in targets if t.name not in names]
-        refit = calibrate(kept, sol=sol, spark=spark, start=start)
-        for t in left:
-            value = float(t.evaluate(ctx, refit.params))
-            rows.append(LeaveOneOutRow(t.name, t.centre, value, value / t.centre - 1.0))
-    return rows
+    for g in FITTED_GPU_POINTS:
+        by_source.setdefault(urlparse(g["url"]).netloc, []).append(g["id"])
+    return _leave_out(list(by_source.values()), sol=sol, spark=spark, start=start)
 
 
 def leave_one_out_checks(
