@@ -157,6 +157,7 @@ _NEW_TOP_FIELDS = (
     # hold-out was frozen; the old engine could state neither, so they drop like the rest.
     "attention_data_parallel",
     "disaggregated_prefill",
+    "output_tokens_cv",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -184,7 +185,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       larger than 8 GPUs cannot be stated: :class:`NotExpressible`. B200 stays the old
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
-      ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill`` dropped.
+      ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill``,
+      ``output_tokens_cv`` dropped.
     - ``replicas``: dropped; the spec describes one replica and the returned factor
       (= replicas) multiplies ``throughput_tokens_per_second``.
     - ``rate_per_second`` (open loop): :class:`NotExpressible` (no closed-loop equivalent).

@@ -71,10 +71,20 @@ def held_tokens(context: float) -> float:
     return context + KV_PAGE_TOKENS / 2.0
 
 
-def mean_context(input_tokens: float, output_tokens: float) -> float:
-    """Mean context of a request over its life under continuous batching: the prompt
-    plus half the output (streams are at every point of their decode, uniformly)."""
-    return input_tokens + output_tokens / 2.0
+def mean_context(input_tokens: float, output_tokens: float, output_cv: float = 0.0) -> float:
+    """Mean context of an in-flight stream under continuous batching: the prompt plus,
+    for outputs of mean m and coefficient of variation ``output_cv`` (std / mean),
+    E[o^2] / (2 E[o]) = m (1 + cv^2) / 2.
+
+    A stream is at a uniform point of its decode, and a slot holds a request for a
+    time proportional to its output, so the streams in a batch are a length-biased
+    sample of the requests (the inspection paradox; renewal-reward: the time-average
+    of a quantity over renewal cycles is E[integral over a cycle] / E[cycle]). Fixed
+    lengths (cv 0, what synthetic benchmarks send) give the prompt plus half the output;
+    a dataset with a long tail of outputs holds more KV per stream and attends over
+    more context per step than its mean output says.
+    """
+    return input_tokens + output_tokens * (1.0 + output_cv * output_cv) / 2.0
 
 
 def kv_streams(kv_tokens_per_replica: float, context: float) -> float:

@@ -1399,6 +1399,7 @@ def serving_point(
     concurrency: int | None = None,
     input_tokens: int,
     output_tokens: int,
+    output_tokens_cv: float = 0.0,
     speculative: bool | Speculation = False,
     with_transport: bool = False,
     rate_per_second: float | None = None,
@@ -1417,6 +1418,10 @@ def serving_point(
     what the rate sustains (Little's law at the service time of that batch), and TTFT
     adds the queueing (:func:`_open_loop`). ``max_batch_size`` None: the production
     default for the GPU's memory (:func:`simengine.kv.default_max_batch_size`).
+    ``output_tokens_cv`` (std / mean of the output lengths; default 0, fixed lengths)
+    raises the context the streams in flight hold to the token-weighted mean
+    (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
+    their attention per step.
 
     The figures a serving benchmark reports: TTFT, time per output token, per-stream
     tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
@@ -1458,7 +1463,14 @@ def serving_point(
         max_batch = attention_dp_batch_cap(max_batch, deployment.nodes_per_replica or 1)
     limit = max_batch if concurrency is None else min(concurrency, max_batch)
     p = params.with_values({f"tier:{deployment.tier}:batch": float(limit)})
-    context = kv.mean_context(input_tokens, output_tokens)
+    if (
+        isinstance(output_tokens_cv, bool)
+        or not isinstance(output_tokens_cv, (int, float))
+        or not 0 <= output_tokens_cv <= 10
+    ):
+        raise SimEngineError(f"output_tokens_cv must be in [0, 10], got {output_tokens_cv!r}")
+    # The streams in flight hold the token-weighted mean context (kv.mean_context).
+    context = kv.mean_context(input_tokens, output_tokens, output_tokens_cv)
     s = _serve(model, deployment, p, context=context)
     gpu = s.hw.kind == "gpu"
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.

@@ -24,6 +24,10 @@ says prompts are prefilled on other GPUs and the replica only decodes
 (:func:`simengine.perf.serving_point`). ``speculative`` is false, true (the hardware's production
 method) or ``{"method", "draft_tokens", "acceptance"}`` (:mod:`simengine.speculative`);
 omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
+``output_tokens_cv`` states how the output lengths spread (std / mean; default 0, the
+fixed lengths synthetic benchmarks send): a dataset's long outputs hold slots longer, so
+the streams in flight hold more context than the mean output says
+(:func:`simengine.kv.mean_context`).
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
@@ -80,6 +84,10 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "max_batch_size": None,  # GPUs: sequences per step; default by GPU memory (kv.py)
     "input_tokens": 1000,
     "output_tokens": 500,
+    # Spread of the output lengths: std / mean (0: every request the same length, as
+    # synthetic benchmarks send). Streams in flight hold a length-biased share of the
+    # long outputs (kv.mean_context).
+    "output_tokens_cv": 0,
     # false | true | {"method", "draft_tokens", "acceptance"}; omitted: the hardware's
     # production default (cs-3: the draft-model method from the 2024.10 software on;
     # GPUs: off). See simengine/speculative.py for the methods and their sources.
@@ -113,7 +121,9 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "experts_per_token": None,
     "shared_experts": 0,
     "kv_bytes_per_token": None,  # a published compressed-cache size overrides the formula
-    "context_window": None,  # default: max(8192, input_tokens + output_tokens)
+    # default: max(8192, input_tokens + output_tokens x (1 + output_tokens_cv^2)), the
+    # least window that holds such outputs (the longest is >= E[o^2] / E[o])
+    "context_window": None,
 }
 
 
@@ -259,6 +269,11 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     pp = None if s["pipeline_parallel"] is None else _int(s, "pipeline_parallel", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
+    cv = s["output_tokens_cv"]
+    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0 <= cv <= 10:
+        raise _err(f"output_tokens_cv must be a number in [0, 10] (std / mean), got {cv!r}")
+    # The longest output is at least E[o^2] / E[o] = mean x (1 + cv^2).
+    longest = inp + math.ceil(out * (1.0 + cv * cv))
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
     if s["software"] is not None and not isinstance(s["software"], str):
@@ -273,7 +288,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     except SimEngineError as exc:
         raise _err(str(exc)) from None
     ep = _int(s, "expert_parallel", "")
-    model = model_from_spec(s["model"], tokens=inp + out)
+    model = model_from_spec(s["model"], tokens=longest)
     devices = None if s["devices"] is None else _int(s, "devices", "")
     tp = None if s["tensor_parallel"] is None else _int(s, "tensor_parallel", "")
     if hw.kind == "wafer":
@@ -351,6 +366,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "replicas": replicas,
         "input_tokens": inp,
         "output_tokens": out,
+        "output_tokens_cv": float(cv),
         "speculative": spec_dec or False,
         "transport": s["transport"],
         "disaggregated_prefill": disagg,
@@ -358,6 +374,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     if inp + out > model.context_window:
         raise _err(
             f"input_tokens + output_tokens ({inp + out}) exceed model.context_window "
+            f"({model.context_window})"
+        )
+    if longest > model.context_window:
+        raise _err(
+            f"output_tokens_cv {cv} implies outputs of at least {longest - inp} tokens "
+            f"(mean x (1 + cv^2)); with input_tokens they exceed model.context_window "
             f"({model.context_window})"
         )
     return model, deployment, workload
@@ -388,6 +410,7 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         concurrency=w["concurrency"],
         input_tokens=w["input_tokens"],
         output_tokens=w["output_tokens"],
+        output_tokens_cv=w["output_tokens_cv"],
         speculative=w["speculative"],
         with_transport=w["transport"] != "none",
         rate_per_second=w["rate_per_second"],

@@ -1,7 +1,8 @@
 """Paged KV, the server's batch cap, pipeline parallelism and replicas (issue 28).
 
 Each term isolated: a GPU replica's batch is limited by the KV the requests hold so far
-(input + output / 2 + half a page), not by a planning window per stream; the server's
+(input + output / 2 + half a page; with an output spread, the token-weighted mean
+context), not by a planning window per stream; the server's
 ``max_batch_size`` caps it (production default by GPU memory); pipeline stages decode
 micro-batches (a single stream gains nothing from them, the bubble closes once the
 batch reaches the stage count); ``replicas`` multiply throughput.
@@ -18,6 +19,7 @@ from simengine.kv import (
     default_max_batch_size,
     held_tokens,
     kv_streams,
+    mean_context,
     tp_kv_replication,
 )
 from simengine.parallel import pipeline_bubble, pipeline_microbatch
@@ -70,6 +72,59 @@ def test_server_with_1400_in_flight_is_not_capped_at_the_planning_window():
     # Throughput keeps growing past ~100 streams (it would be flat under the old cap).
     at_100 = predict_spec({**spec, "concurrency": 100})
     assert r["throughput_tokens_per_second"] > 1.5 * at_100["throughput_tokens_per_second"]
+
+
+def test_mean_context_is_token_weighted_by_the_output_spread():
+    # Fixed lengths: the prompt plus half the output. Spread: E[o^2] / (2 E[o]).
+    assert mean_context(1000, 400) == 1200.0
+    assert mean_context(1000, 400, 1.0) == 1400.0  # exponential-like outputs: twice
+    # Against the definition, for a two-point distribution (100 or 700 tokens, equally
+    # likely): mean 400, std 300, cv 0.75.
+    lengths = [100, 700]
+    weighted = sum(o * o for o in lengths) / (2 * sum(lengths))
+    assert mean_context(1000, 400, 300 / 400) == pytest.approx(1000 + weighted)
+
+
+def test_output_spread_shrinks_a_kv_bound_batch_and_slows_the_step():
+    # 70B BF16 on 2 x H100, KV-bound: the same mean output with a spread holds more
+    # context per stream in flight, so fewer streams fit and each step attends longer.
+    spec = {"model": LLAMA_70B_BF16, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
+            "concurrency": 4000, "max_batch_size": 4096, "input_tokens": 1000,
+            "output_tokens": 1000}  # fmt: skip
+    rows = [predict_spec({**spec, "output_tokens_cv": cv}) for cv in (0, 0.5, 1.0, 2.0)]
+    assert rows[0] == predict_spec(spec)  # 0 is the default
+    kv_tokens = _kv_tokens(LLAMA_70B_BF16, "h100", 2, 1000, 1000 * 5)
+    assert rows[2]["batch"] == pytest.approx(kv_tokens / (1000 + 1000 + KV_PAGE_TOKENS / 2))
+    batches = [r["batch"] for r in rows]
+    thr = [r["throughput_tokens_per_second"] for r in rows]
+    assert batches == sorted(batches, reverse=True) and batches[0] > 1.5 * batches[-1]
+    assert thr == sorted(thr, reverse=True)
+    # One stream alone: no KV bound, but the longer token-weighted context is attended
+    # every step, so it is slower too (a little).
+    one = {**spec, "concurrency": 1}
+    assert (predict_spec({**one, "output_tokens_cv": 1.0})["time_per_output_token_seconds"]
+            > predict_spec(one)["time_per_output_token_seconds"])  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [-0.1, 11, "1", True, float("nan")])
+def test_output_spread_out_of_range_is_a_spec_error(bad):
+    spec = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "output_tokens_cv": bad}
+    with pytest.raises(SimEngineError, match="output_tokens_cv"):
+        predict_spec(spec)
+
+
+def test_output_spread_must_fit_the_context_window():
+    # The longest output is at least mean x (1 + cv^2): 500 x 5 = 2,500 tokens.
+    model = {**LLAMA_8B, "context_window": 3000}
+    spec = {"model": model, "hardware": "h100", "devices": 1, "input_tokens": 1000,
+            "output_tokens": 500}  # fmt: skip
+    predict_spec({**spec, "output_tokens_cv": 1.0})  # 1000 + 1000 fits 3000
+    with pytest.raises(
+        SimEngineError, match="output_tokens_cv 2.0 implies outputs of at least 2500"
+    ):
+        predict_spec({**spec, "output_tokens_cv": 2.0})
+    # Without a stated window the default widens to hold them.
+    predict_spec({**spec, "model": LLAMA_8B, "output_tokens_cv": 2.0})
 
 
 def test_max_batch_size_defaults_to_the_production_cap_and_queues_the_rest():
