@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import kv
+from . import kv, offline
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .kv import batch_at, chunk_count, interference
@@ -1406,6 +1406,8 @@ def serving_point(
     max_batch_size: int | None = None,
     replicas: int = 1,
     disaggregated_prefill: bool = False,
+    offline_requests: int | None = None,
+    max_output_tokens: int | None = None,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """``replicas`` identical replicas serving (input, output) requests.
@@ -1423,6 +1425,14 @@ def serving_point(
     (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
     their attention per step.
 
+    A finite Offline run (``offline_requests`` N, MLPerf's Offline scenario,
+    ``trtllm-bench``): N requests per replica queued at once; the slots are
+    min(``concurrency`` if given, ``max_batch_size``, what the paged KV cache holds), the
+    outputs N lengths of the stated mean and spread (capped at ``max_output_tokens``),
+    and the throughput is the run's tokens / its length, the drain at the end included
+    (:mod:`simengine.offline`). TTFT is then the mean wait for a slot + the prefill and
+    first step; ``batch`` the mean over the run's steps.
+
     The figures a serving benchmark reports: TTFT, time per output token, per-stream
     tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
     trip and per-token overheads (a client-side measurement).
@@ -1435,6 +1445,18 @@ def serving_point(
     transfer over the scale-out network + the first decode step; the throughput is the
     decode replicas'.
     """
+    if offline_requests is not None:
+        _positive_int(offline_requests, "offline_requests", 1)
+        if rate_per_second is not None:
+            raise SimEngineError(
+                "give offline_requests (a finite run) or rate_per_second, not both"
+            )
+        if max_output_tokens is not None:
+            _positive_int(max_output_tokens, "max_output_tokens", output_tokens)
+        # Every request is queued at once; concurrency (if given) is the harness's cap.
+        concurrency = (
+            offline_requests if concurrency is None else min(concurrency, offline_requests)
+        )
     if rate_per_second is None:
         concurrency = _positive_int(1 if concurrency is None else concurrency, "concurrency", 1)
     else:
@@ -1501,7 +1523,17 @@ def serving_point(
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
     capacity = None
-    if rate_per_second is None:
+    run = None
+    if offline_requests is not None:
+        run = _offline_run(
+            s, offline_requests, input_tokens, output_tokens, output_tokens_cv,
+            max_output_tokens, int(min(float(concurrency), slots)), per_token,
+            0.0 if disaggregated_prefill else prefill,
+        )  # fmt: skip
+        streams, tpot, queue = run.mean_batch, run.step_seconds, run.mean_wait
+        ttft = prefill + chunks * tpot + ttft_extra
+        throughput = replicas * run.throughput
+    elif rate_per_second is None:
         streams = min(float(concurrency), slots)
         ttft, tpot, held = at(streams)
         # Closed loop: the concurrency - streams clients beyond the batch wait, each
@@ -1529,7 +1561,38 @@ def serving_point(
         "pipeline_stages": s.place.pipeline_stages,
         "software": s.software,
         "software_era": era,
+        "run_seconds": None if run is None else run.seconds,
+        "drain_seconds": None if run is None else run.drain_seconds,
     }
+
+
+def _offline_run(
+    s: _Served,
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    output_cv: float,
+    max_output: int | None,
+    slots: int,
+    per_token: float,
+    prefill: float,
+) -> offline.OfflineRun:
+    # A finite run on one replica (simengine.offline): the step at each batch and mean
+    # context is the served deployment's (its line per batch size, memoised: a run's
+    # batch holds one size until the drain, then takes each smaller one once).
+    gpu = s.hw.kind == "gpu"
+
+    def step(batch: float, context: float) -> float:
+        # Every stream in flight holds ``context`` tokens on average (GPUs: the batch's
+        # KV and attention; a wafer's step depends on neither).
+        line = _token_line(s, batch, context) if gpu else s.token_line
+        return line.at(context) + per_token
+
+    outputs = offline.output_lengths(output_tokens, output_cv, requests, max_output)
+    # Chunked prefill holds the GPU for the prompt's prefill (a pipeline stage for its
+    # share: _interference); wafers and disaggregated prefill take none from the steps.
+    busy = prefill / s.place.pipeline_stages if gpu else 0.0
+    return offline.simulate(step, outputs, input_tokens, max(1, slots), busy)
 
 
 def _open_loop(

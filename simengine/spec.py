@@ -27,7 +27,10 @@ omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
 ``output_tokens_cv`` states how the output lengths spread (std / mean; default 0, the
 fixed lengths synthetic benchmarks send): a dataset's long outputs hold slots longer, so
 the streams in flight hold more context than the mean output says
-(:func:`simengine.kv.mean_context`).
+(:func:`simengine.kv.mean_context`). ``offline_requests`` N makes the workload a finite
+run (N requests per replica queued at once, MLPerf's Offline scenario): the throughput
+is over the whole run, the drain at its end included, with N output lengths of that
+mean and spread (capped at ``max_output_tokens``; :mod:`simengine.offline`).
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
@@ -45,6 +48,7 @@ from .errors import SimEngineError
 from .hardware import HARDWARE
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
+from .offline import output_lengths
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import Deployment, serving_point
 from .speculative import production_default, resolve
@@ -88,6 +92,10 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # synthetic benchmarks send). Streams in flight hold a length-biased share of the
     # long outputs (kv.mean_context).
     "output_tokens_cv": 0,
+    # A finite Offline run: this many requests per replica queued at once (MLPerf
+    # Offline, trtllm-bench); the run ends on its last request (simengine/offline.py).
+    "offline_requests": None,
+    "max_output_tokens": None,  # cap on each output in an offline run (default: none)
     # false | true | {"method", "draft_tokens", "acceptance"}; omitted: the hardware's
     # production default (cs-3: the draft-model method from the 2024.10 software on;
     # GPUs: off). See simengine/speculative.py for the methods and their sources.
@@ -274,6 +282,16 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         raise _err(f"output_tokens_cv must be a number in [0, 10] (std / mean), got {cv!r}")
     # The longest output is at least E[o^2] / E[o] = mean x (1 + cv^2).
     longest = inp + math.ceil(out * (1.0 + cv * cv))
+    requests = None if s["offline_requests"] is None else _int(s, "offline_requests", "")
+    max_out = None if s["max_output_tokens"] is None else _int(s, "max_output_tokens", "", out)
+    if max_out is not None and requests is None:
+        raise _err("max_output_tokens applies to an offline run (offline_requests)")
+    if requests is not None:
+        if rate is not None:
+            raise _err("give offline_requests (a finite run) or rate_per_second, not both")
+        # The run's own lengths: its longest must fit the window too.
+        lengths = output_lengths(out, float(cv), requests, max_out)
+        longest = max(longest, inp + int(lengths.max()))
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
     if s["software"] is not None and not isinstance(s["software"], str):
@@ -367,6 +385,8 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "input_tokens": inp,
         "output_tokens": out,
         "output_tokens_cv": float(cv),
+        "offline_requests": requests,
+        "max_output_tokens": max_out,
         "speculative": spec_dec or False,
         "transport": s["transport"],
         "disaggregated_prefill": disagg,
@@ -411,6 +431,8 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         input_tokens=w["input_tokens"],
         output_tokens=w["output_tokens"],
         output_tokens_cv=w["output_tokens_cv"],
+        offline_requests=w["offline_requests"],
+        max_output_tokens=w["max_output_tokens"],
         speculative=w["speculative"],
         with_transport=w["transport"] != "none",
         rate_per_second=w["rate_per_second"],
@@ -432,6 +454,8 @@ _OUTPUT_KEYS = (
     "batch",
     "capacity_requests_per_second",
     "kv_bytes_per_token",
+    "run_seconds",
+    "drain_seconds",
 )
 
 
