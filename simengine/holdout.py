@@ -158,6 +158,8 @@ _NEW_TOP_FIELDS = (
     "attention_data_parallel",
     "disaggregated_prefill",
     "output_tokens_cv",
+    "offline_requests",
+    "max_output_tokens",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -186,7 +188,9 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill``,
-      ``output_tokens_cv`` dropped.
+      ``output_tokens_cv`` dropped; ``offline_requests`` N (a finite run, added to some
+      figures after the hold-out was frozen) -> ``concurrency`` N, the steady-state form
+      the frozen spec had.
     - ``replicas``: dropped; the spec describes one replica and the returned factor
       (= replicas) multiplies ``throughput_tokens_per_second``.
     - ``rate_per_second`` (open loop): :class:`NotExpressible` (no closed-loop equivalent).
@@ -196,6 +200,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       one); cs-3 -> ``"YYYY.MM"`` (the engine uses the latest calibrated era not newer).
     """
     old = {k: v for k, v in spec.items() if k not in _NEW_TOP_FIELDS}
+    if spec.get("offline_requests") is not None:
+        old["concurrency"] = spec["offline_requests"]
     model = dict(spec["model"])
     if model.get("expert_dtype"):
         model["dtype"] = model["expert_dtype"]

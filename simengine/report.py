@@ -180,7 +180,7 @@ def own_holdout_table(result: OwnHoldoutResult) -> str:
     if any(r.amended for r in result.rows):
         text += (
             "\n* spec amended after the errors were seen (the figure's `amended` field says "
-            "how; README, 'the second round')"
+            "how; README, the second and fifth rounds)"
         )
     if reasons:
         text += "\nnot expressible yet:\n" + "\n".join(reasons)

@@ -283,7 +283,9 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     # The longest output is at least E[o^2] / E[o] = mean x (1 + cv^2).
     longest = inp + math.ceil(out * (1.0 + cv * cv))
     requests = None if s["offline_requests"] is None else _int(s, "offline_requests", "")
-    max_out = None if s["max_output_tokens"] is None else _int(s, "max_output_tokens", "", out)
+    max_out = None if s["max_output_tokens"] is None else _int(s, "max_output_tokens", "")
+    if max_out is not None and max_out < out:
+        raise _err(f"max_output_tokens ({max_out}) must be >= output_tokens ({out}), the mean")
     if max_out is not None and requests is None:
         raise _err("max_output_tokens applies to an offline run (offline_requests)")
     if requests is not None:

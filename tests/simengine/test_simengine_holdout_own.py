@@ -177,6 +177,12 @@ def test_legacy_spec_follows_the_stated_reduction_rule():
     # Fields added after the freeze drop like the rest (the old engine could state neither).
     later, _ = legacy_spec({**spec, "attention_data_parallel": True, "disaggregated_prefill": True})
     assert not {"attention_data_parallel", "disaggregated_prefill"} & set(later)
+    # A finite run goes back to the frozen steady-state form: concurrency = its requests.
+    run = {k: v for k, v in spec.items() if k != "concurrency"}
+    finite, _ = legacy_spec({**run, "offline_requests": 3000, "max_output_tokens": 4000,
+                             "output_tokens_cv": 0.5})  # fmt: skip
+    assert finite["concurrency"] == 3000
+    assert not {"offline_requests", "max_output_tokens", "output_tokens_cv"} & set(finite)
 
 
 def test_every_spec_changed_after_the_freeze_says_so():
@@ -184,7 +190,7 @@ def test_every_spec_changed_after_the_freeze_says_so():
     # what, by which rule); the calibrate table marks those rows.
     from simengine.report import own_holdout_table
 
-    later_fields = {"attention_data_parallel", "disaggregated_prefill"}
+    later_fields = {"attention_data_parallel", "disaggregated_prefill", "offline_requests"}
     amended = set()
     for f in load_own_holdout():
         if later_fields & set(f["spec"]):
@@ -192,7 +198,7 @@ def test_every_spec_changed_after_the_freeze_says_so():
             amended.add(f["id"])
         else:
             assert "amended" not in f, f["id"]
-    assert len(amended) == 8
+    assert len(amended) == 20  # 8 in the second round, 17 trtllm-bench runs in the fifth (5 both)
     text = own_holdout_table(evaluate_own_holdout())
     for fid in amended:
         assert f"{fid} *" in text
