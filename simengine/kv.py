@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from .errors import SimEngineError
+
 # Paged KV (Kwon et al., "Efficient Memory Management for Large Language Model Serving
 # with PagedAttention", SOSP 2023; vLLM, TensorRT-LLM and SGLang all page the cache): a
 # request holds KV only for the tokens it has so far, in fixed-size pages, so the waste
@@ -69,6 +71,23 @@ def held_tokens(context: float) -> float:
     """KV tokens a stream holds on average when its context is ``context`` tokens:
     the tokens themselves plus, on average, half a page of rounding (paged KV)."""
     return context + KV_PAGE_TOKENS / 2.0
+
+
+MAX_OUTPUT_CV = 10.0  # a spread beyond this is a typo, not a dataset
+
+
+def output_cv(value: object) -> float:
+    """A validated output-length coefficient of variation (std / mean) in [0, 10]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= MAX_OUTPUT_CV
+    ):
+        raise SimEngineError(
+            f"output_tokens_cv must be a number in [0, {MAX_OUTPUT_CV:g}] (std / mean), "
+            f"got {value!r}"
+        )
+    return float(value)
 
 
 def mean_context(input_tokens: float, output_tokens: float, output_cv: float = 0.0) -> float:

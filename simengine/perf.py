@@ -1485,12 +1485,7 @@ def serving_point(
         max_batch = attention_dp_batch_cap(max_batch, deployment.nodes_per_replica or 1)
     limit = max_batch if concurrency is None else min(concurrency, max_batch)
     p = params.with_values({f"tier:{deployment.tier}:batch": float(limit)})
-    if (
-        isinstance(output_tokens_cv, bool)
-        or not isinstance(output_tokens_cv, (int, float))
-        or not 0 <= output_tokens_cv <= 10
-    ):
-        raise SimEngineError(f"output_tokens_cv must be in [0, 10], got {output_tokens_cv!r}")
+    output_tokens_cv = kv.output_cv(output_tokens_cv)
     # The streams in flight hold the token-weighted mean context (kv.mean_context).
     context = kv.mean_context(input_tokens, output_tokens, output_tokens_cv)
     s = _serve(model, deployment, p, context=context)
@@ -1578,8 +1573,7 @@ def _offline_run(
     prefill: float,
 ) -> offline.OfflineRun:
     # A finite run on one replica (simengine.offline): the step at each batch and mean
-    # context is the served deployment's (its line per batch size, memoised: a run's
-    # batch holds one size until the drain, then takes each smaller one once).
+    # context is the served deployment's, the same line the steady state reads.
     gpu = s.hw.kind == "gpu"
 
     def step(batch: float, context: float) -> float:

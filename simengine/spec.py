@@ -46,6 +46,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
+from .kv import output_cv
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import output_lengths
@@ -277,9 +278,10 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     pp = None if s["pipeline_parallel"] is None else _int(s, "pipeline_parallel", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
-    cv = s["output_tokens_cv"]
-    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0 <= cv <= 10:
-        raise _err(f"output_tokens_cv must be a number in [0, 10] (std / mean), got {cv!r}")
+    try:
+        cv = output_cv(s["output_tokens_cv"])
+    except SimEngineError as exc:
+        raise _err(str(exc)) from None
     # The longest output is at least E[o^2] / E[o] = mean x (1 + cv^2).
     longest = inp + math.ceil(out * (1.0 + cv * cv))
     requests = None if s["offline_requests"] is None else _int(s, "offline_requests", "")
@@ -292,7 +294,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         if rate is not None:
             raise _err("give offline_requests (a finite run) or rate_per_second, not both")
         # The run's own lengths: its longest must fit the window too.
-        lengths = output_lengths(out, float(cv), requests, max_out)
+        lengths = output_lengths(out, cv, requests, max_out)
         longest = max(longest, inp + int(lengths.max()))
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
@@ -386,7 +388,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "replicas": replicas,
         "input_tokens": inp,
         "output_tokens": out,
-        "output_tokens_cv": float(cv),
+        "output_tokens_cv": cv,
         "offline_requests": requests,
         "max_output_tokens": max_out,
         "speculative": spec_dec or False,
