@@ -48,16 +48,28 @@ def output_lengths(mean: float, cv: float, n: int, cap: int | None = None) -> np
     """
     if n < 1:
         raise SimEngineError(f"need at least one request, got {n}")
+    x = _lengths_at((np.arange(n) + 0.5) / n, mean, cv, cap)
+    return np.random.default_rng(ORDER_SEED).permutation(x)
+
+
+def longest_output(mean: float, cv: float, n: int, cap: int | None = None) -> int:
+    """The longest of :func:`output_lengths` (its top mid-quantile), without drawing all
+    ``n`` (the spec checks it against the context window)."""
+    if n < 1:
+        raise SimEngineError(f"need at least one request, got {n}")
+    return int(_lengths_at(np.array([(n - 0.5) / n]), mean, cv, cap)[0])
+
+
+def _lengths_at(q: np.ndarray, mean: float, cv: float, cap: int | None) -> np.ndarray:
+    # Gamma quantiles q of mean ``mean`` and cv ``cv`` (all ``mean`` at cv 0), rounded to
+    # whole tokens >= 1 and capped: monotone in q, so the top quantile is the longest.
     if cv <= 0:
-        x = np.full(n, float(mean))
+        x = np.full(len(q), float(mean))
     else:
         shape = 1.0 / (cv * cv)
-        q = (np.arange(n) + 0.5) / n
         x = gammaincinv(shape, q) * (mean / shape)
     x = np.maximum(1.0, np.rint(x))
-    if cap is not None:
-        x = np.minimum(x, float(cap))
-    return np.random.default_rng(ORDER_SEED).permutation(x)
+    return x if cap is None else np.minimum(x, float(cap))
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +107,6 @@ def simulate(
     heap: list[tuple[int, int]] = []  # (step the request finishes at, step it started at)
     sum_start = 0
     waited = 0.0
-    steps_x_batch = 0.0
     steps = 0
     time_x_tokens = 0.0
     tokens = 0.0
@@ -125,7 +136,6 @@ def simulate(
             st = step(float(active), context)
             t += dk * st
             steps += dk
-            steps_x_batch += dk * active
             tokens += dk * active
             time_x_tokens += dk * active * st
             k = finish
@@ -139,7 +149,7 @@ def simulate(
     return OfflineRun(
         seconds=t,
         output_tokens=tokens,
-        mean_batch=steps_x_batch / steps,
+        mean_batch=tokens / steps,  # every stream in flight gains one token per step
         step_seconds=time_x_tokens / tokens,
         mean_wait=waited / n,
         drain_seconds=t - last_admission,

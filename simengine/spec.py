@@ -49,7 +49,7 @@ from .hardware import HARDWARE
 from .kv import output_cv
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
-from .offline import output_lengths
+from .offline import longest_output
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import Deployment, serving_point
 from .speculative import production_default, resolve
@@ -293,9 +293,8 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     if requests is not None:
         if rate is not None:
             raise _err("give offline_requests (a finite run) or rate_per_second, not both")
-        # The run's own lengths: its longest must fit the window too.
-        lengths = output_lengths(out, cv, requests, max_out)
-        longest = max(longest, inp + int(lengths.max()))
+        # The run's own longest output must fit the window too.
+        longest = max(longest, inp + longest_output(out, cv, requests, max_out))
     if s["transport"] not in ("none", "reworked", "legacy"):
         raise _err(f"transport must be none, reworked or legacy, got {s['transport']!r}")
     if s["software"] is not None and not isinstance(s["software"], str):
