@@ -41,6 +41,10 @@ class HardwareProfile:
     # Largest tensor-parallel group on the fast fabric (one NVLink domain).
     max_tensor_parallel: int = 1
     cores: int = 0
+    # Tensor-core generation (GPUs: "hopper", "blackwell"): parameters fitted per
+    # generation (``<generation>@<software>:<name>``) are looked up between the device's
+    # own and its kind's (EngineParams.hardware).
+    generation: str = ""
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -100,6 +104,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_latency=5e-6,
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
+        generation="hopper",
     ),
     "h200": HardwareProfile(
         key="h200",
@@ -114,6 +119,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_latency=5e-6,
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
+        generation="hopper",
     ),
     # DGX/HGX B200 (the system published benchmarks run on): 1,440 GB HBM3e over 8 GPUs
     # = 180 GB each, 8 TB/s; dense BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s (datasheet
@@ -133,6 +139,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_latency=5e-6,
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
+        generation="blackwell",
     ),
     # GB200 NVL72: 72 Blackwell GPUs in ONE NVLink 5 domain (130 TB/s / 72 = 1.8 TB/s
     # per GPU, both directions), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
@@ -153,5 +160,6 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_latency=5e-6,
         scaleout_bandwidth=100e9,
         max_tensor_parallel=72,
+        generation="blackwell",
     ),
 }

@@ -84,6 +84,45 @@ DEFAULT_SOFTWARE: dict[str, str] = {
 }
 
 
+class ReadLog(dict):
+    """Parameter values that note every name read from them (``read``, shared by the
+    copies :meth:`EngineParams.with_values` makes; a name a copy replaced is not the
+    original's value, so reading it there is not noted): the fit differentiates a
+    target only by the parameters it reads (simengine.calibration)."""
+
+    __slots__ = ("read", "replaced")
+
+    def __init__(
+        self,
+        values: Mapping[str, float],
+        read: set[str] | None = None,
+        replaced: frozenset[str] = frozenset(),
+    ):
+        super().__init__(values)
+        self.read: set[str] = set() if read is None else read
+        self.replaced = replaced
+
+    def _note(self, name: object) -> None:
+        if name not in self.replaced:
+            self.read.add(name)  # type: ignore[arg-type]
+
+    def __getitem__(self, name: str) -> float:
+        self._note(name)
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        self._note(name)
+        return dict.__contains__(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self._note(name)
+        return dict.get(self, name, default)
+
+    def updated(self, updates: Mapping[str, float]) -> ReadLog:
+        """A copy with ``updates`` applied, noting into the same ``read``."""
+        return ReadLog({**self, **updates}, self.read, self.replaced | frozenset(updates))
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """A versioned set of engine parameters (immutable; use :meth:`with_values`)."""
@@ -100,9 +139,17 @@ class EngineParams:
         except KeyError:
             raise SimEngineError(f"parameter {name!r} is not defined in {self.version}") from None
 
-    def hardware(self, device: str, kind: str, software: str, name: str) -> float:
-        """Look up ``device@software:name``, falling back to ``kind@software:name``."""
-        for key in (f"{device}@{software}:{name}", f"{kind}@{software}:{name}"):
+    def hardware(
+        self, device: str, kind: str, software: str, name: str, generation: str = ""
+    ) -> float:
+        """Look up ``device@software:name``, falling back to ``generation@software:name``
+        (the device's tensor-core generation, when it has one) and then to
+        ``kind@software:name``."""
+        keys = [f"{device}@{software}:{name}"]
+        if generation:
+            keys.append(f"{generation}@{software}:{name}")
+        keys.append(f"{kind}@{software}:{name}")
+        for key in keys:
             if key in self.values:
                 return float(self.values[key])
         raise SimEngineError(
@@ -118,7 +165,11 @@ class EngineParams:
         """Copy with some values replaced."""
         return EngineParams(
             version=version or self.version,
-            values={**self.values, **updates},
+            values=(
+                self.values.updated(updates)
+                if isinstance(self.values, ReadLog)
+                else {**self.values, **updates}
+            ),
             software=dict(self.software),
             fitted=self.fitted,
         )
@@ -181,8 +232,16 @@ PRIORS: dict[str, Prior] = {
     "tier:standard:batch": Prior(64.0, 1.0, why="throughput batch"),
     # GPU tensor-core efficiency (notes: eta_flop 0.5-0.7), fitted to the GPU calibration
     # points (data/gpu_points.toml: MLPerf and serving-framework figures from sources no
-    # hold-out figure comes from); eta_mem is not determined by them (fixed above).
-    "gpu@2026.08:eta_flop": Prior(0.55, 1.0, "logit", why="share of tensor-core peak (GPU points)"),
+    # hold-out figure comes from), one per tensor-core generation: the share of the
+    # datasheet's dense peak that serving reaches is not the same on Hopper (H100/H200)
+    # and Blackwell (B200/GB200, whose 4-bit peak doubles the 8-bit one at the same
+    # power); eta_mem is not determined by the points (fixed above).
+    "hopper@2026.08:eta_flop": Prior(
+        0.55, 1.0, "logit", why="share of tensor-core peak, Hopper (GPU points)"
+    ),
+    "blackwell@2026.08:eta_flop": Prior(
+        0.55, 1.0, "logit", why="share of tensor-core peak, Blackwell (GPU points)"
+    ),
     # Fixed time of every GPU decode step outside the roofline: scheduling, sampling,
     # kernel launches (vLLM / TensorRT-LLM profiles show a few ms). The prior is the
     # value chosen with the NIM single-stream hold-out figure in view (disclosed in

@@ -298,7 +298,9 @@ class _Served:
     attention: AttentionSplit | None = None  # set by _serve (GPUs: how attention is split)
 
     def p(self, name: str) -> float:
-        return self.params.hardware(self.hw.key, self.hw.kind, self.software, name)
+        return self.params.hardware(
+            self.hw.key, self.hw.kind, self.software, name, self.hw.generation
+        )
 
     def transport(self, name: str) -> float:
         return self.transport_costs[_TRANSPORT_NAMES.index(name)]

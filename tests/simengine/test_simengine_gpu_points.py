@@ -24,7 +24,9 @@ from simengine.holdout import load_holdout, load_own_holdout
 from simengine.params import FIXED_VALUES, PRIORS
 from simengine.spec import predict_spec
 
-GPU_KNOBS = ("gpu@2026.08:eta_flop", "gpu:step_overhead")
+# The tensor-core efficiency per generation (Hopper: H100/H200; Blackwell: B200/GB200).
+ETA_FLOP = ("hopper@2026.08:eta_flop", "blackwell@2026.08:eta_flop")
+GPU_KNOBS = (*ETA_FLOP, "gpu:step_overhead")
 FITTED = [p for p in GPU_POINTS if p.get("fit", True)]
 
 
@@ -60,6 +62,17 @@ def test_points_cover_latency_and_throughput_dense_and_moe_and_three_gpus():
     assert {"dense", "moe"} <= {k[0] for k in kinds}
     assert {"latency", "throughput"} <= {k[1] for k in kinds}
     assert len({p["spec"]["hardware"] for p in GPU_POINTS}) >= 3
+
+
+def test_each_tensor_core_generation_has_fitted_points_of_its_own():
+    # A per-generation efficiency is determined by that generation's points (at least
+    # two throughput points, where the tensor cores bind, on each).
+    for generation, devices in (
+        ("hopper", {"h100", "h200"}),
+        ("blackwell", {"b200", "gb200-nvl72"}),
+    ):
+        mine = [p for p in FITTED if p["spec"]["hardware"] in devices]
+        assert sum(p["kind"]["measure"] == "throughput" for p in mine) >= 2, generation
 
 
 def test_every_fitted_point_is_a_fit_target_of_the_gpu_era_and_no_other_is():
@@ -99,19 +112,21 @@ def test_the_points_determine_the_gpu_knobs(fitted):
     for name in GPU_KNOBS:
         # Most of each knob's spread is removed by the data, not left to its prior.
         assert rows[name].data_share > 0.5, rows[name]
-    assert 0.3 <= fitted.params.get("gpu@2026.08:eta_flop") <= 1.0
+    for name in ETA_FLOP:
+        assert 0.3 <= fitted.params.get(name) <= 1.0
     assert 0.2e-3 <= fitted.params.get("gpu:step_overhead") <= 10e-3
 
 
 def test_a_point_moves_the_fit(sol, spark, fitted):
     # The fit reads the points: GPU serving figures published twice as fast pull the
-    # tensor-core efficiency up and the step overhead down.
+    # tensor-core efficiency of both generations up and the step overhead down.
     targets = [
         dataclasses.replace(t, low=2 * t.low, high=2 * t.high) if t.group == "gpu@2026.08" else t
         for t in default_targets()
     ]
     faster = calibration.calibrate(targets, sol=sol, spark=spark, start=fitted.params)
-    assert faster.params.get("gpu@2026.08:eta_flop") > fitted.params.get("gpu@2026.08:eta_flop")
+    for name in ETA_FLOP:
+        assert faster.params.get(name) > fitted.params.get(name)
     assert faster.params.get("gpu:step_overhead") < fitted.params.get("gpu:step_overhead")
 
 
