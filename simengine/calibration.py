@@ -46,6 +46,7 @@ from .report import (
     leave_one_out_table,
     own_holdout_table,
     plot_own_holdout,
+    run_shape_table,
     unfitted_points_table,
 )
 from .results import CalibrationResult, CalibrationRow, ParameterRow
@@ -657,6 +658,48 @@ def unfitted_gpu_points(params: EngineParams = DEFAULT_PARAMS) -> list[UnfittedP
     return rows
 
 
+@dataclass(frozen=True)
+class RunShapeRow:
+    """When a finite run's requests finish: the engine's against the run's own log."""
+
+    point: str
+    quantile: str  # p50, p90, p99 or max (the run's end)
+    predicted: float
+    logged: float
+
+    @property
+    def ratio(self) -> float:
+        """Logged / predicted: above 1 where the real run was slower."""
+        return self.logged / self.predicted
+
+
+RUN_SHAPE_QUANTILES = ("p50", "p90", "p99", "max")
+
+
+def run_shape_checks(params: EngineParams = DEFAULT_PARAMS) -> list[RunShapeRow]:
+    """Finite-run GPU points whose log states when their samples finished
+    (``log_completion_seconds``: MLPerf's Offline summary prints the 50th, 90th and 99th
+    percentiles and the maximum of its samples' latencies, every sample issued at the
+    start): the engine's completion times beside the log's. Not fit targets: the shape
+    says whether a miss is in the full-batch steps (all quantiles off alike) or in the
+    drain (the tail off more)."""
+    rows = []
+    for g in GPU_POINTS:
+        logged = g.get("log_completion_seconds")
+        if not logged:
+            continue
+        r = predict_spec(g["spec"], params)
+        predicted = {
+            "p50": r["completion_p50_seconds"],
+            "p90": r["completion_p90_seconds"],
+            "p99": r["completion_p99_seconds"],
+            "max": r["run_seconds"],
+        }
+        for q in RUN_SHAPE_QUANTILES:
+            rows.append(RunShapeRow(g["id"], q, float(predicted[q]), float(logged[q])))
+    return rows
+
+
 GDPVAL_FIT_TARGETS = (
     "gdpval_standard_total_s",
     "gdpval_standard_generation_s",
@@ -760,6 +803,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(calibration_table(result))
     print()
     print(unfitted_points_table(unfitted_gpu_points(result.params)))
+    print()
+    print(run_shape_table(run_shape_checks(result.params)))
     print()
     print(holdout_table(evaluate_holdout(result.params)))
     print()

@@ -20,6 +20,10 @@ throughput over the whole run is well below the full-batch rate.
 * :func:`simulate` - the run, event by event: between two completions the batch is
   constant and every stream gains one token per step, so the time is the steps x the
   step time at that batch and the streams' mean context (the midpoint of the interval).
+  It also reports when the requests finish (median, 90th and 99th percentiles from the
+  run's start): how long until half, or nearly all, of a batch job is back, and the
+  shape a run's log can be checked against (MLPerf's Offline summary prints the same
+  percentiles of its samples' latencies).
 
 Pure functions of their arguments; the step time comes from the engine
 (:func:`simengine.perf.serving_point` passes it in).
@@ -36,6 +40,9 @@ import numpy as np
 from scipy.special import gammaincinv
 
 from .errors import SimEngineError
+
+# The completion-time quantiles a run reports (OfflineRun.completion_quantiles).
+COMPLETION_QUANTILES = (0.5, 0.9, 0.99)
 
 # The admission order's seed: a fixed permutation, so a prediction is reproducible.
 ORDER_SEED = 20251205
@@ -80,6 +87,9 @@ class OfflineRun:
     step_seconds: float  # mean time per output token a stream sees (token-weighted)
     mean_wait: float  # mean time a request waits for a slot
     drain_seconds: float  # from the last admission to the end
+    # When the requests finish, from the run's start (what MLPerf's Offline log reports
+    # as each sample's latency): the median, 90th and 99th percentiles.
+    completion_quantiles: tuple[float, float, float] = (math.nan, math.nan, math.nan)
 
     @property
     def throughput(self) -> float:
@@ -112,6 +122,7 @@ def simulate(
     tokens = 0.0
     nxt = 0
     last_admission = 0.0
+    finished: list[float] = []
 
     def admit() -> None:
         nonlocal nxt, sum_start, t, waited, last_admission
@@ -142,6 +153,7 @@ def simulate(
         while heap and heap[0][0] == k:
             _, started = heapq.heappop(heap)
             sum_start -= started
+            finished.append(t)
             if nxt < n:
                 admit()
     if not math.isfinite(t) or t <= 0:
@@ -153,4 +165,5 @@ def simulate(
         step_seconds=time_x_tokens / tokens,
         mean_wait=waited / n,
         drain_seconds=t - last_admission,
+        completion_quantiles=tuple(np.quantile(finished, COMPLETION_QUANTILES).tolist()),
     )

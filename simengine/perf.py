@@ -1560,6 +1560,14 @@ def serving_point(
         "software_era": era,
         "run_seconds": None if run is None else run.seconds,
         "drain_seconds": None if run is None else run.drain_seconds,
+        **{
+            f"completion_p{round(q * 100)}_seconds": None if run is None else v
+            for q, v in zip(
+                offline.COMPLETION_QUANTILES,
+                (None,) * 3 if run is None else run.completion_quantiles,
+                strict=True,
+            )
+        },
     }
 
 

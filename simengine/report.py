@@ -140,6 +140,16 @@ def unfitted_points_table(rows: Sequence[Any]) -> str:
     return "GPU points reported, not fitted (fit = false)\n" + table + why
 
 
+def run_shape_table(rows: Sequence[Any]) -> str:
+    """Finite runs: when the engine's requests finish against the run's log."""
+    table = _table(
+        ["point", "quantile", "predicted s", "log s", "log / predicted"],
+        [(r.point, r.quantile, f"{r.predicted:,.0f}", f"{r.logged:,.0f}", f"{r.ratio:.3f}")
+         for r in rows],
+    )  # fmt: skip
+    return "Finite runs: completion times, engine against the run's log (not fitted)\n" + table
+
+
 def _pct(x: float | str | None) -> str:
     if x is None:
         return "-"

@@ -459,6 +459,9 @@ _OUTPUT_KEYS = (
     "kv_bytes_per_token",
     "run_seconds",
     "drain_seconds",
+    "completion_p50_seconds",
+    "completion_p90_seconds",
+    "completion_p99_seconds",
 )
 
 

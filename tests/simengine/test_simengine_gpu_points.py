@@ -17,6 +17,7 @@ from simengine.calibration import (
     GPU_POINTS,
     default_targets,
     load_gpu_points,
+    run_shape_checks,
     unfitted_gpu_points,
 )
 from simengine.errors import SimEngineError
@@ -93,6 +94,22 @@ def test_unfitted_points_are_still_predicted_and_reported():
     for r in rows:
         assert r.predicted > 0 and r.error == pytest.approx(r.predicted / r.published - 1)
         assert r.why
+
+
+def test_run_shapes_set_the_engines_completion_times_beside_the_logs():
+    rows = run_shape_checks()
+    logged = [p for p in GPU_POINTS if p.get("log_completion_seconds")]
+    assert len(logged) >= 2 and len(rows) == 4 * len(logged)
+    for p in logged:
+        log = p["log_completion_seconds"]
+        assert 0 < log["p50"] < log["p90"] < log["p99"] < log["max"]
+        mine = {r.quantile: r for r in rows if r.point == p["id"]}
+        assert mine["max"].predicted == pytest.approx(predict_spec(p["spec"])["run_seconds"])
+        assert mine["p50"].predicted < mine["p90"].predicted < mine["max"].predicted
+    # The dense 405b run (fixed-size prompts, outputs of cv 0.38) comes out with its log's
+    # shape: every quantile within 10 %, a check of the finite-run model itself.
+    dense = [r for r in rows if "llama31-405b" in r.point]
+    assert dense and all(abs(r.ratio - 1) < 0.10 for r in dense)
 
 
 def test_tensor_core_efficiency_and_step_overhead_are_fitted_hbm_efficiency_fixed():

@@ -51,6 +51,24 @@ def test_fixed_lengths_and_a_fixed_step_run_in_whole_waves():
     assert run.drain_seconds == pytest.approx(100.0)  # the last wave, after its prefills
 
 
+def test_completion_times_are_the_waves_ends():
+    # 10 requests of 100 tokens, 4 slots, 1 s per step: 4 finish at 100 s, 4 at 200 s,
+    # 2 at 300 s (the median, 90th and 99th percentiles of those ten times).
+    run = simulate(lambda b, c: 1.0, np.full(10, 100.0), 50, 4)
+    assert run.completion_quantiles == pytest.approx((200.0, 300.0, 300.0))
+
+
+def test_completion_percentiles_reach_the_prediction():
+    spread = predict_spec({**SPEC, "offline_requests": 2048, "output_tokens_cv": 1.0,
+                           "max_output_tokens": 8000})  # fmt: skip
+    p50, p90, p99 = (spread[f"completion_p{q}_seconds"] for q in (50, 90, 99))
+    assert 0 < p50 < p90 < p99 <= spread["run_seconds"]
+    # A long tail: the last percent of the requests take a good share of the run.
+    assert spread["run_seconds"] - p99 > 0.05 * spread["run_seconds"]
+    steady = predict_spec({**SPEC, "concurrency": 64})
+    assert steady["completion_p50_seconds"] is None
+
+
 def test_step_sees_the_streams_mean_context():
     seen = []
 
