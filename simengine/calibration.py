@@ -312,7 +312,7 @@ def default_targets() -> list[Target]:
     ]  # fmt: skip
 
     gpu_points = [
-        Target(g["id"], "gpu@2026.08", g["figure"], g["published"], g["published"],
+        Target(g["id"], "gpu", g["figure"], g["published"], g["published"],
                GPU_POINT_TOLERANCE, _gpu_point(g))
         for g in FITTED_GPU_POINTS
     ]  # fmt: skip

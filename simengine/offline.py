@@ -31,6 +31,7 @@ Pure functions of their arguments; the step time comes from the engine
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Callable
@@ -55,8 +56,16 @@ def output_lengths(mean: float, cv: float, n: int, cap: int | None = None) -> np
     """
     if n < 1:
         raise SimEngineError(f"need at least one request, got {n}")
+    return _output_lengths(float(mean), float(cv), int(n), cap)
+
+
+@functools.lru_cache(maxsize=64)
+def _output_lengths(mean: float, cv: float, n: int, cap: int | None) -> np.ndarray:
+    # Memoised (a fit predicts the same run many times); read-only.
     x = _lengths_at((np.arange(n) + 0.5) / n, mean, cv, cap)
-    return np.random.default_rng(ORDER_SEED).permutation(x)
+    out = np.random.default_rng(ORDER_SEED).permutation(x)
+    out.flags.writeable = False
+    return out
 
 
 def longest_output(mean: float, cv: float, n: int, cap: int | None = None) -> int:
@@ -96,74 +105,129 @@ class OfflineRun:
         return self.output_tokens / self.seconds
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A run counted in decode steps, whatever a step costs: between two completion
+    events the batch is constant and every stream gains one token per step, so which
+    requests decode together, and for how many steps, follows from the output lengths
+    and the slots alone. The time each interval takes is the engine's (``simulate``)."""
+
+    dk: np.ndarray  # steps in each interval between completion events (> 0)
+    active: np.ndarray  # streams decoding in it
+    context: np.ndarray  # their mean context at its midpoint
+    pops: np.ndarray  # requests finishing at the event that ends it
+    admits: np.ndarray  # requests admitted at that event (a slot each)
+    initial: int  # requests admitted before the first step
+
+
+def schedule(outputs: np.ndarray, input_tokens: float, slots: int) -> Schedule:
+    """The run's intervals for ``outputs`` (one length per request, in admission order)
+    served with ``slots`` streams at most (memoised: a fit predicts the same run with
+    many parameter values)."""
+    if slots < 1:
+        raise SimEngineError(f"need at least one slot, got {slots}")
+    data = np.ascontiguousarray(outputs, dtype=np.float64)
+    return _schedule(data.tobytes(), float(input_tokens), int(slots))
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule(outputs: bytes, input_tokens: float, slots: int) -> Schedule:
+    lengths = np.frombuffer(outputs, dtype=np.float64).astype(np.int64).tolist()
+    n = len(lengths)
+    heap: list[tuple[int, int]] = []  # (step the request finishes at, step it started at)
+    k = sum_start = nxt = 0  # decode steps so far; sum of the active streams' starts
+    dk, active, context, pops, admits = [], [], [], [], []
+    while nxt < n and len(heap) < slots:
+        heapq.heappush(heap, (lengths[nxt], 0))
+        nxt += 1
+    initial = nxt
+    while heap:
+        finish = heap[0][0]
+        streams = len(heap)
+        # The streams' mean context at the interval's midpoint: the prompt plus the
+        # tokens each has generated (steps since it started). Output lengths are at
+        # least one, so an interval always has steps.
+        d = finish - k
+        dk.append(d)
+        active.append(streams)
+        context.append(input_tokens + (k + d / 2.0) - sum_start / streams)
+        k = finish
+        popped = admitted = 0
+        while heap and heap[0][0] == k:
+            _, started = heapq.heappop(heap)
+            sum_start -= started
+            popped += 1
+            if nxt < n:
+                heapq.heappush(heap, (k + lengths[nxt], k))
+                sum_start += k
+                nxt += 1
+                admitted += 1
+        pops.append(popped)
+        admits.append(admitted)
+    arrays = (np.array(dk, dtype=np.float64), np.array(active, dtype=np.float64),
+              np.array(context), np.array(pops, dtype=np.int64),
+              np.array(admits, dtype=np.int64))  # fmt: skip
+    for a in arrays:
+        a.flags.writeable = False
+    return Schedule(*arrays, initial=initial)
+
+
 def simulate(
     step: Callable[[float, float], float],
     outputs: np.ndarray,
     input_tokens: float,
     slots: int,
     prefill_busy: float = 0.0,
+    *,
+    step_many: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> OfflineRun:
     """Serve ``outputs`` (one length per request, in admission order) with ``slots``
     streams at most: ``step(batch, context)`` is the time of one decode step at that
-    batch when the streams hold ``context`` tokens on average; each admission adds
-    ``prefill_busy`` (the GPU time its prompt's chunked prefill takes from the decode
-    steps; 0 when prompts are prefilled elsewhere or on wafers).
+    batch when the streams hold ``context`` tokens on average (``step_many``, if given,
+    the same for arrays of them, in one call); each admission adds ``prefill_busy`` (the
+    GPU time its prompt's chunked prefill takes from the decode steps; 0 when prompts are
+    prefilled elsewhere or on wafers), before the next request finishes or the next step.
     """
     n = len(outputs)
-    if slots < 1:
-        raise SimEngineError(f"need at least one slot, got {slots}")
-    k = 0  # decode steps so far (every stream in flight gains one token per step)
-    t = 0.0
-    heap: list[tuple[int, int]] = []  # (step the request finishes at, step it started at)
-    sum_start = 0
-    waited = 0.0
-    steps = 0
-    time_x_tokens = 0.0
-    tokens = 0.0
-    nxt = 0
-    last_admission = 0.0
-    finished: list[float] = []
-
-    def admit() -> None:
-        nonlocal nxt, sum_start, t, waited, last_admission
-        out = int(outputs[nxt])
-        nxt += 1
-        heapq.heappush(heap, (k + out, k))
-        sum_start += k
-        t += prefill_busy
-        waited += t
-        last_admission = t
-
-    while nxt < n and len(heap) < slots:
-        admit()
-    while heap:
-        finish = heap[0][0]
-        active = len(heap)
-        dk = finish - k
-        if dk > 0:
-            # The streams' mean context at the interval's midpoint: the prompt plus the
-            # tokens each has generated (steps since it started).
-            context = input_tokens + (k + dk / 2.0) - sum_start / active
-            st = step(float(active), context)
-            t += dk * st
-            steps += dk
-            tokens += dk * active
-            time_x_tokens += dk * active * st
-            k = finish
-        while heap and heap[0][0] == k:
-            _, started = heapq.heappop(heap)
-            sum_start -= started
-            finished.append(t)
-            if nxt < n:
-                admit()
-    if not math.isfinite(t) or t <= 0:
+    sch = schedule(outputs, input_tokens, slots)
+    if step_many is not None:
+        st = np.asarray(step_many(sch.active, sch.context), dtype=np.float64)
+    else:
+        pairs = zip(sch.active.tolist(), sch.context.tolist(), strict=True)
+        st = np.array([step(a, c) for a, c in pairs])
+    busy = float(prefill_busy)
+    span = sch.dk * st  # each interval's decode time
+    # The time each interval ends: the initial admissions' prefills, every earlier
+    # interval, and the admissions made at every earlier event.
+    before = np.concatenate(([0.0], np.cumsum(span[:-1] + busy * sch.admits[:-1])))
+    ends = sch.initial * busy + before + span
+    # At an event the requests finish one after another, each admission's prefill
+    # between them: the j-th to finish waits for min(j, admitted) prefills.
+    first = np.repeat(np.cumsum(sch.pops) - sch.pops, sch.pops)
+    j = np.arange(int(sch.pops.sum())) - first
+    finished = np.repeat(ends, sch.pops) + busy * np.minimum(j, np.repeat(sch.admits, sch.pops))
+    seconds = float(ends[-1] + busy * sch.admits[-1])
+    # Admission times: the initial ones, then ends + busy x (1..admitted) at each event.
+    initial_wait = busy * sch.initial * (sch.initial + 1) / 2.0
+    waited = initial_wait + float(
+        np.sum(sch.admits * ends + busy * sch.admits * (sch.admits + 1) / 2.0)
+    )
+    admitting = np.nonzero(sch.admits)[0]
+    last_admission = (
+        float(ends[admitting[-1]] + busy * sch.admits[admitting[-1]])
+        if len(admitting)
+        else busy * sch.initial
+    )
+    tokens = float(np.sum(sch.dk * sch.active))
+    steps = float(np.sum(sch.dk))
+    if not math.isfinite(seconds) or seconds <= 0:
         raise SimEngineError("the offline run has no length (no output tokens)")
     return OfflineRun(
-        seconds=t,
+        seconds=seconds,
         output_tokens=tokens,
         mean_batch=tokens / steps,  # every stream in flight gains one token per step
-        step_seconds=time_x_tokens / tokens,
+        step_seconds=float(np.sum(span * sch.active)) / tokens,
         mean_wait=waited / n,
-        drain_seconds=t - last_admission,
+        drain_seconds=seconds - last_admission,
         completion_quantiles=tuple(np.quantile(finished, COMPLETION_QUANTILES).tolist()),
     )

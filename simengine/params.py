@@ -3,9 +3,11 @@
 Parameter names are flat strings so the fit can treat them as a vector:
 
 * ``<device>@<software>:<name>`` or ``<kind>@<software>:<name>`` for hardware/software
-  constants, e.g. ``wse-3@2026.08:t_layer`` (seconds) or ``gpu@2026.08:eta_mem``.
-  Lookup tries the device key first, then the kind (``gpu``/``wafer``), so a
-  device-specific fit can override a shared one.
+  constants, e.g. ``wse-3@2026.08:t_layer`` (seconds) or ``gpu@2026.02:eta_mem``.
+  Lookup tries the device key first, then the tensor-core generation (``hopper``,
+  ``blackwell``), then the kind (``gpu``/``wafer``), so a device-specific fit can
+  override a shared one; then the same names without a software era
+  (``hopper:eta_flop``: one value for every era).
 * ``tier:<tier>:batch`` - decode batch per GPU replica for a service tier.
 * ``transport:legacy:<name>`` - per-request/per-token overheads of the legacy
   transport; ``transport:reworked:<name>_factor`` - the Spark rework, as multipliers.
@@ -46,7 +48,10 @@ FIXED_VALUES: dict[str, float] = {
     # GPU HBM efficiency (notes: eta_mem 0.6-0.8). The GPU calibration points do not
     # determine it (fitted with them it takes about 0.8 with under 10 % of its spread
     # removed by the data: the fit's rank check), so it stays at the centre of the range.
-    "gpu@2026.08:eta_mem": 0.75,
+    # One value for both GPU software eras (2025.04: the serving software of 2025;
+    # 2026.02: TensorRT-LLM 1.2+, vLLM 0.14+; see PRIORS).
+    "gpu@2025.04:eta_mem": 0.75,
+    "gpu@2026.02:eta_mem": 0.75,
     # Speculative decoding is no parameter: its gain follows from the method's published
     # acceptance and draft length and the hardware's step costs (simengine.speculative).
     # Wafer-to-wafer hop latency (physical: 0.1-5 us; the CS-3 system I/O), plus the
@@ -77,10 +82,10 @@ FIXED_VALUES: dict[str, float] = {
 # Software version each device runs unless a Deployment names another one.
 DEFAULT_SOFTWARE: dict[str, str] = {
     "wse-3": "2026.08",
-    "h100": "2026.08",
-    "h200": "2026.08",
-    "b200": "2026.08",
-    "gb200-nvl72": "2026.08",
+    "h100": "2026.02",
+    "h200": "2026.02",
+    "b200": "2026.02",
+    "gb200-nvl72": "2026.02",
 }
 
 
@@ -144,11 +149,11 @@ class EngineParams:
     ) -> float:
         """Look up ``device@software:name``, falling back to ``generation@software:name``
         (the device's tensor-core generation, when it has one) and then to
-        ``kind@software:name``."""
-        keys = [f"{device}@{software}:{name}"]
-        if generation:
-            keys.append(f"{generation}@{software}:{name}")
-        keys.append(f"{kind}@{software}:{name}")
+        ``kind@software:name``; then the same three without a software era
+        (``generation:name``: a figure every era shares)."""
+        scopes = [device, generation, kind] if generation else [device, kind]
+        keys = [f"{scope}@{software}:{name}" for scope in scopes]
+        keys += [f"{scope}:{name}" for scope in scopes]
         for key in keys:
             if key in self.values:
                 return float(self.values[key])
@@ -235,12 +240,29 @@ PRIORS: dict[str, Prior] = {
     # hold-out figure comes from), one per tensor-core generation: the share of the
     # datasheet's dense peak that serving reaches is not the same on Hopper (H100/H200)
     # and Blackwell (B200/GB200, whose 4-bit peak doubles the 8-bit one at the same
-    # power); eta_mem is not determined by the points (fixed above).
-    "hopper@2026.08:eta_flop": Prior(
+    # power); eta_mem is not determined by the points (fixed above). The same in both
+    # GPU software eras: the dense MLPerf results of 2026 (llama2-70b on 8x B200, four
+    # submitters) are within 0-3 % of 2025's.
+    "hopper:eta_flop": Prior(
         0.55, 1.0, "logit", why="share of tensor-core peak, Hopper (GPU points)"
     ),
-    "blackwell@2026.08:eta_flop": Prior(
+    "blackwell:eta_flop": Prior(
         0.55, 1.0, "logit", why="share of tensor-core peak, Blackwell (GPU points)"
+    ),
+    # Decode attention's share of the 16-bit tensor-core peak, per GPU software era, on
+    # Blackwell: where attention binds on compute (multi-head latent attention at full
+    # batch: every query head attends over the whole latent) it is not the GEMMs'
+    # efficiency, and it moved with the software: DeepSeek-R1 on the same 8x B200 DEP8
+    # deployment went from 33,379 tok/s (MLPerf v5.1, Sept. 2025) to 58,582 and 56,930
+    # (v6.0, v6.1) while dense llama2-70b stayed within 3 %. The deepseek-r1 points of
+    # each era fit it; the data cannot tell attention from the MoE GEMMs or the
+    # all-to-all of the same steps, and attention is most of them (engine). Hopper has
+    # no point where decode attention binds: there it is the GEMMs' eta_flop.
+    "blackwell@2025.04:eta_decode_attention": Prior(
+        0.55, 1.0, "logit", why="decode attention, Blackwell, 2025 software (deepseek-r1)"
+    ),
+    "blackwell@2026.02:eta_decode_attention": Prior(
+        0.55, 1.0, "logit", why="decode attention, Blackwell, 2026 software (deepseek-r1)"
     ),
     # Fixed time of every GPU decode step outside the roofline: scheduling, sampling,
     # kernel launches (vLLM / TensorRT-LLM profiles show a few ms). The prior is the

@@ -321,6 +321,7 @@ class _Knobs:
     # up once per deployment (EngineParams lookups are dict work the hot path repeats).
     eta_mem: float  # GPUs
     eta_flop: float  # GPUs: eta_flop; wafers: wafer:eta_flop (prefill)
+    eta_attention: float  # GPUs: decode attention's share of the 16-bit peak
     allreduce_base: float
     activation_bytes: float
     step_overhead: float
@@ -348,6 +349,7 @@ def decode_step_seconds(
     activation_bytes: float = 2.0,
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
+    eta_attention: float | None = None,
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
@@ -358,7 +360,8 @@ def decode_step_seconds(
     experts' all-to-all) + pipeline hops. With eta = 1
     and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
     speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
-    k + 1 times).
+    k + 1 times). ``eta_attention``: decode attention's share of the 16-bit peak (default
+    ``eta_flop``).
     """
     line = _decode_step_line(
         model,
@@ -373,6 +376,7 @@ def decode_step_seconds(
         activation_bytes=activation_bytes,
         tokens_per_stream=tokens_per_stream,
         expert_parallel=expert_parallel,
+        eta_attention=eta_attention,
     )
     return line.at(context_tokens)
 
@@ -466,6 +470,7 @@ def _decode_step_line(
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
     split: AttentionSplit | None = None,
+    eta_attention: float | None = None,
 ) -> _StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -484,7 +489,9 @@ def _decode_step_line(
     mem_rate = tp * hw.memory_bandwidth * eta_mem
     flop_rate = tp * compute_peak(model, hw) * eta_flop
     attn = model.decode_attention_flops * tokens_per_stream
-    attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * eta_flop
+    # Decode attention at its own efficiency (params: eta_decode_attention; the GEMMs'
+    # where none is calibrated).
+    attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * (eta_attention or eta_flop)
     act = tokens * model.hidden_size * activation_bytes
     if split is None:
         split = attention_split(model, tp, False)
@@ -577,9 +584,11 @@ def _knobs(s: _Served) -> _Knobs:
     get, gpu = s.params.get, s.hw.kind == "gpu"
     spec = _speculation(s)
     if gpu:
+        eta_flop = s.p("eta_flop")
         return _Knobs(
             eta_mem=s.p("eta_mem"),
-            eta_flop=s.p("eta_flop"),
+            eta_flop=eta_flop,
+            eta_attention=_decode_attention_efficiency(s, eta_flop),
             allreduce_base=get("gpu:allreduce_base"),
             activation_bytes=get("activation_bytes"),
             step_overhead=get("gpu:step_overhead"),
@@ -593,6 +602,7 @@ def _knobs(s: _Served) -> _Knobs:
     return _Knobs(
         eta_mem=0.0,
         eta_flop=get("wafer:eta_flop"),
+        eta_attention=0.0,
         allreduce_base=0.0,
         activation_bytes=get("activation_bytes"),
         step_overhead=0.0,
@@ -604,6 +614,15 @@ def _knobs(s: _Served) -> _Knobs:
         wafer_verify_extra=verify_extra,
         wafer_draft=draft,
     )
+
+
+def _decode_attention_efficiency(s: _Served, eta_flop: float) -> float:
+    # Decode attention's efficiency where one is calibrated for the device's generation
+    # and software era (params: eta_decode_attention), else the GEMMs' eta_flop.
+    try:
+        return s.p("eta_decode_attention")
+    except SimEngineError:
+        return eta_flop
 
 
 def _server_token_seconds(s: _Served, context):
@@ -647,6 +666,7 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
         expert_parallel=s.deployment.expert_parallel,
         split=s.attention,
+        eta_attention=k.eta_attention,
     )
     fixed = line.fixed + k.step_overhead
     if spec is None:
@@ -672,7 +692,7 @@ def _gpu_drafting(
         attention_flops=m.decode_attention_flops * batch * context,
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
-        attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_flop,
+        attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
         fixed=line.collectives + k.step_overhead,
     )
     return shape.passes * one
@@ -1585,6 +1605,11 @@ def _offline_run(
     # A finite run on one replica (simengine.offline): the step at each batch and mean
     # context is the served deployment's, the same line the steady state reads.
     gpu = s.hw.kind == "gpu"
+    # Without speculation a GPU step is proportional to the streams' common context
+    # plus a constant, both set by the batch alone (the co-batched streams' KV and
+    # attention scale with the context; weights, GEMMs and collectives do not): one
+    # (slope, constant) per batch size, not one step line per completion event.
+    affine = gpu and s.knobs.speculation is None
 
     def step(batch: float, context: float) -> float:
         # Every stream in flight holds ``context`` tokens on average (GPUs: the batch's
@@ -1592,11 +1617,21 @@ def _offline_run(
         line = _token_line(s, batch, context) if gpu else s.token_line
         return line.at(context) + per_token
 
+    def step_many(batch: np.ndarray, context: np.ndarray) -> np.ndarray:
+        # One (slope, constant) per batch size the run goes through.
+        sizes, which = np.unique(batch, return_inverse=True)
+        coef = np.empty((len(sizes), 2))
+        for i, b in enumerate(sizes.tolist()):
+            line = _token_line(s, b, 1.0)
+            coef[i] = (max(line.mem0 + line.mem1, line.flop0 + line.flop1), line.fixed)
+        return coef[which, 0] * context + coef[which, 1] + per_token
+
     outputs = offline.output_lengths(output_tokens, output_cv, requests, max_output)
     # Chunked prefill holds the GPU for the prompt's prefill (a pipeline stage for its
     # share: _interference); wafers and disaggregated prefill take none from the steps.
     busy = prefill / s.place.pipeline_stages if gpu else 0.0
-    return offline.simulate(step, outputs, input_tokens, max(1, slots), busy)
+    return offline.simulate(step, outputs, input_tokens, max(1, slots), busy,
+                            step_many=step_many if affine else None)  # fmt: skip
 
 
 def _open_loop(

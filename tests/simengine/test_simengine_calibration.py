@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 import simengine.calibration as calibration
-from simengine import DEFAULT_PARAMS, GDPVAL_TASK, Deployment, calibrate, predict, token_speed
+from simengine import (
+    DEFAULT_PARAMS,
+    GDPVAL_TASK,
+    Deployment,
+    SimEngineError,
+    calibrate,
+    predict,
+    token_speed,
+)
 from simengine.calibration import GDPVAL_FIT_TARGETS, default_targets, leave_one_out_checks
 from simengine.hardware import HARDWARE
 from simengine.params import FIXED_VALUES, PRIORS, EngineParams, ReadLog
@@ -38,7 +46,7 @@ def test_fit_residuals_are_small_not_just_inside_tolerance(fitted):
     # scattered figures (checked by leave-one-out below and in test_simengine_gpu_points),
     # and checks are not fitted: all three only within tolerance.
     for row in fitted.rows:
-        if not row.fitted or row.group in ("wse-3@2024.10", "gpu@2026.08"):
+        if not row.fitted or row.group in ("wse-3@2024.10", "gpu"):
             continue
         limit = row.tolerance * 0.6 if row.target_low == row.target_high else 0.0
         assert abs(row.residual) <= limit + 1e-9, row
@@ -50,7 +58,7 @@ def test_no_more_fitted_parameters_than_the_rank_of_the_targets(fitted):
     # Identities of inputs are checks, not fit results.
     checks = {r.name for r in fitted.rows if not r.fitted}
     assert {"gdpval_ultrafast_other_s", "transport_rework_ttft_ratio"} <= checks
-    assert "rank 12 for 12 fitted parameters" in calibration_table(fitted)
+    assert "rank 14 for 14 fitted parameters" in calibration_table(fitted)
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +88,17 @@ def test_leave_one_gpu_source_out_refit_predicts_its_points(loo):
     # Each benchmark (a site's figures of one model: MLPerf llama2-70b, llama3.1-405b,
     # llama3.1-8b, SGLang gpt-oss) left out: the GPU knobs the others fit carry its
     # points within the points' tolerance.
+    # Not the deepseek-r1 benchmark: its points are the only ones where decode attention
+    # binds, so without them Blackwell's decode-attention efficiency of each era is its
+    # prior's (the README says these two knobs are not cross-validated).
     rows = loo["gpu source"]
-    assert {r.name for r in rows} == {t.name for t in default_targets() if t.group == "gpu@2026.08"}
+    assert {r.name for r in rows} == {t.name for t in default_targets() if t.group == "gpu"}
+    sole = {p["id"] for p in calibration.FITTED_GPU_POINTS
+            if p["spec"]["model"].get("name") == "deepseek-r1"}  # fmt: skip
+    assert len(sole) == 6
     for r in rows:
-        assert abs(r.error) <= calibration.GPU_POINT_TOLERANCE, r
+        if r.name not in sole:
+            assert abs(r.error) <= calibration.GPU_POINT_TOLERANCE, r
 
 
 def test_stored_default_params_reproduce_the_targets(sol, spark):
@@ -168,8 +183,14 @@ def test_a_gpu_parameter_is_looked_up_per_device_then_generation_then_kind():
         for k in ("h100", "b200", "gb200-nvl72")
     }
     assert look == {"h100": 1.0, "b200": 3.0, "gb200-nvl72": 2.0}
+    # A name without a software era holds in every era; one with the era wins over it.
+    q = DEFAULT_PARAMS.with_values({"hopper:y": 1.0, "hopper@2025.04:y": 2.0})
+    assert q.hardware("h100", "gpu", "2026.02", "y", "hopper") == 1.0
+    assert q.hardware("h100", "gpu", "2025.04", "y", "hopper") == 2.0
+    with pytest.raises(SimEngineError, match="no calibrated 'y'"):
+        q.hardware("b200", "gpu", "2026.02", "y", "blackwell")
     # The engine reads the tensor-core efficiency of each device's generation.
-    hopper = {"hopper@2026.08:eta_flop": 0.9}
+    hopper = {"hopper:eta_flop": 0.9}
     spec = {"hardware": "h100", "concurrency": 512, "input_tokens": 2000, "output_tokens": 200,
             "model": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
                       "params_b": 8.0, "dtype": "fp8"}}  # fmt: skip

@@ -25,9 +25,14 @@ from simengine.holdout import load_holdout, load_own_holdout
 from simengine.params import FIXED_VALUES, PRIORS
 from simengine.spec import predict_spec
 
-# The tensor-core efficiency per generation (Hopper: H100/H200; Blackwell: B200/GB200).
-ETA_FLOP = ("hopper@2026.08:eta_flop", "blackwell@2026.08:eta_flop")
-GPU_KNOBS = (*ETA_FLOP, "gpu:step_overhead")
+# The tensor-core efficiency per generation (Hopper: H100/H200; Blackwell: B200/GB200),
+# the same in both GPU software eras; Blackwell's decode attention per era.
+ETA_FLOP = ("hopper:eta_flop", "blackwell:eta_flop")
+DECODE_ATTENTION = (
+    "blackwell@2025.04:eta_decode_attention",
+    "blackwell@2026.02:eta_decode_attention",
+)
+GPU_KNOBS = (*ETA_FLOP, *DECODE_ATTENTION, "gpu:step_overhead")
 FITTED = [p for p in GPU_POINTS if p.get("fit", True)]
 
 
@@ -83,7 +88,7 @@ def test_every_fitted_point_is_a_fit_target_of_the_gpu_era_and_no_other_is():
             assert p["id"] not in targets and p["not_fitted"], p["id"]
             continue
         t = targets[p["id"]]
-        assert t.fit and t.group == "gpu@2026.08"
+        assert t.fit and t.group == "gpu"
         assert t.low == t.high == p["published"]
         assert t.tolerance == calibration.GPU_POINT_TOLERANCE
 
@@ -116,7 +121,9 @@ def test_tensor_core_efficiency_and_step_overhead_are_fitted_hbm_efficiency_fixe
     for name in GPU_KNOBS:
         assert name in PRIORS and name not in FIXED_VALUES
     # The points do not determine the HBM efficiency (rank check): it stays fixed.
-    assert "gpu@2026.08:eta_mem" in FIXED_VALUES and "gpu@2026.08:eta_mem" not in PRIORS
+    for era in ("2025.04", "2026.02"):
+        key = f"gpu@{era}:eta_mem"
+        assert key in FIXED_VALUES and key not in PRIORS
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +136,8 @@ def test_the_points_determine_the_gpu_knobs(fitted):
     for name in GPU_KNOBS:
         # Most of each knob's spread is removed by the data, not left to its prior.
         assert rows[name].data_share > 0.5, rows[name]
-    for name in ETA_FLOP:
-        assert 0.3 <= fitted.params.get(name) <= 1.0
+    for name in (*ETA_FLOP, *DECODE_ATTENTION):
+        assert 0.1 <= fitted.params.get(name) <= 1.0
     assert 0.2e-3 <= fitted.params.get("gpu:step_overhead") <= 10e-3
 
 
@@ -138,11 +145,11 @@ def test_a_point_moves_the_fit(sol, spark, fitted):
     # The fit reads the points: GPU serving figures published twice as fast pull the
     # tensor-core efficiency of both generations up and the step overhead down.
     targets = [
-        dataclasses.replace(t, low=2 * t.low, high=2 * t.high) if t.group == "gpu@2026.08" else t
+        dataclasses.replace(t, low=2 * t.low, high=2 * t.high) if t.group == "gpu" else t
         for t in default_targets()
     ]
     faster = calibration.calibrate(targets, sol=sol, spark=spark, start=fitted.params)
-    for name in ETA_FLOP:
+    for name in (*ETA_FLOP, *DECODE_ATTENTION):
         assert faster.params.get(name) > fitted.params.get(name)
     assert faster.params.get("gpu:step_overhead") < fitted.params.get("gpu:step_overhead")
 

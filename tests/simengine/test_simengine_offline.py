@@ -9,6 +9,8 @@ combinations are errors.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,59 @@ def test_completion_percentiles_reach_the_prediction():
     assert spread["run_seconds"] - p99 > 0.05 * spread["run_seconds"]
     steady = predict_spec({**SPEC, "concurrency": 64})
     assert steady["completion_p50_seconds"] is None
+
+
+def _reference_run(step, outputs, input_tokens, slots, busy):
+    # The run event by event, one completion at a time (the definition simulate's
+    # schedule-then-time form must reproduce): (seconds, completion times, mean wait,
+    # drain).
+    heap, k, t, sum_start, nxt, waited, last, finished = [], 0, 0.0, 0, 0, 0.0, 0.0, []
+
+    def admit():
+        nonlocal nxt, sum_start, t, waited, last
+        heapq.heappush(heap, (k + int(outputs[nxt]), k))
+        sum_start += k
+        nxt += 1
+        t += busy
+        waited += t
+        last = t
+
+    while nxt < len(outputs) and len(heap) < slots:
+        admit()
+    while heap:
+        finish, active = heap[0][0], len(heap)
+        dk = finish - k
+        t += dk * step(float(active), input_tokens + (k + dk / 2.0) - sum_start / active)
+        k = finish
+        while heap and heap[0][0] == k:
+            sum_start -= heapq.heappop(heap)[1]
+            finished.append(t)
+            if nxt < len(outputs):
+                admit()
+    return t, np.array(finished), waited / len(outputs), t - last
+
+
+@pytest.mark.parametrize(("n", "slots", "cv", "busy"),
+                         [(50, 8, 0.0, 0.0), (300, 16, 1.0, 0.05), (1000, 64, 0.6, 0.002),
+                          (7, 16, 1.2, 0.3)])  # fmt: skip
+def test_the_schedule_and_its_timing_match_the_run_event_by_event(n, slots, cv, busy):
+    outputs = output_lengths(400, cv, n, cap=3000)
+
+    def step(b, c):
+        return 1e-3 + 2e-5 * b + 1e-8 * b * c
+
+    run = simulate(step, outputs, 200, slots, prefill_busy=busy)
+    seconds, finished, wait, drain = _reference_run(step, outputs, 200, slots, busy)
+    assert run.seconds == pytest.approx(seconds, rel=1e-12)
+    assert run.completion_quantiles == pytest.approx(
+        tuple(np.quantile(finished, (0.5, 0.9, 0.99))), rel=1e-12
+    )
+    assert run.mean_wait == pytest.approx(wait, rel=1e-12)
+    assert run.drain_seconds == pytest.approx(drain, rel=1e-9, abs=1e-12)
+    # The same with the step given for arrays of batches and contexts.
+    many = simulate(step, outputs, 200, slots, prefill_busy=busy,
+                    step_many=lambda b, c: 1e-3 + 2e-5 * b + 1e-8 * b * c)  # fmt: skip
+    assert many.seconds == pytest.approx(run.seconds, rel=1e-12)
 
 
 def test_step_sees_the_streams_mean_context():
