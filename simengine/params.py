@@ -136,6 +136,11 @@ class EngineParams:
     values: Mapping[str, float]
     software: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SOFTWARE))
     fitted: tuple[str, ...] = ()
+    # find_hardware's answers (values never change; not kept for a ReadLog, whose every
+    # read must be noted).
+    _found: dict[tuple[str, ...], float | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def get(self, name: str) -> float:
         """Value of a flat parameter; SimEngineError names it when missing."""
@@ -151,16 +156,29 @@ class EngineParams:
         (the device's tensor-core generation, when it has one) and then to
         ``kind@software:name``; then the same three without a software era
         (``generation:name``: a figure every era shares)."""
-        scopes = [device, generation, kind] if generation else [device, kind]
-        keys = [f"{scope}@{software}:{name}" for scope in scopes]
-        keys += [f"{scope}:{name}" for scope in scopes]
-        for key in keys:
-            if key in self.values:
-                return float(self.values[key])
+        value = self.find_hardware(device, kind, software, name, generation)
+        if value is not None:
+            return value
         raise SimEngineError(
             f"no calibrated {name!r} for {device}@{software} (params {self.version}); "
             f"known versions: {sorted({k.split(':')[0] for k in self.values if '@' in k})}"
         )
+
+    def find_hardware(
+        self, device: str, kind: str, software: str, name: str, generation: str = ""
+    ) -> float | None:
+        """:meth:`hardware`'s value, or None where no key names it (no error built)."""
+        memo = not isinstance(self.values, ReadLog)
+        ask = (device, kind, software, name, generation)
+        if memo and ask in self._found:
+            return self._found[ask]
+        scopes = [device, generation, kind] if generation else [device, kind]
+        keys = [f"{scope}@{software}:{name}" for scope in scopes]
+        keys += [f"{scope}:{name}" for scope in scopes]
+        value = next((float(self.values[k]) for k in keys if k in self.values), None)
+        if memo:
+            self._found[ask] = value
+        return value
 
     def software_for(self, device: str) -> str:
         """Default software version of a device."""

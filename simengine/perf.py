@@ -619,10 +619,10 @@ def _knobs(s: _Served) -> _Knobs:
 def _decode_attention_efficiency(s: _Served, eta_flop: float) -> float:
     # Decode attention's efficiency where one is calibrated for the device's generation
     # and software era (params: eta_decode_attention), else the GEMMs' eta_flop.
-    try:
-        return s.p("eta_decode_attention")
-    except SimEngineError:
-        return eta_flop
+    found = s.params.find_hardware(
+        s.hw.key, s.hw.kind, s.software, "eta_decode_attention", s.hw.generation
+    )
+    return eta_flop if found is None else found
 
 
 def _server_token_seconds(s: _Served, context):
