@@ -132,6 +132,8 @@ def holdout_table(result: HoldoutResult) -> str:
 
 def unfitted_points_table(rows: Sequence[Any]) -> str:
     """GPU calibration points kept out of the fit: predicted, published, error, why."""
+    if not rows:
+        return "GPU points reported, not fitted (fit = false): none"
     table = _table(
         ["point", "predicted", "published", "error"],
         [(r.name, _num(r.predicted), _num(r.published), f"{r.error:+.1%}") for r in rows],

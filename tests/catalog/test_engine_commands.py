@@ -161,6 +161,8 @@ def test_calibrate_prints_every_target_within_tolerance(builtin_catalog):
         assert target in text
     fit, _, holdout = text.partition("hold-out figures (never used in the fit)")
     assert "FAIL" not in fit and "all targets PASS" in fit
+    # The finite runs' completion times beside their logs, before the hold-out.
+    assert "completion times, engine against the run's log" in fit
     # Then the hold-out table: figure, model, predicted, published, error, source.
     assert "nim-l33-70b-tpot-c1" in holdout and "cerebras-l31-405b-speed" in holdout
     assert "median |error|" in holdout
@@ -173,6 +175,9 @@ def test_calibrate_json_has_residuals_for_every_row(builtin_catalog):
     assert data["rows"] and all(row["passed"] for row in data["rows"])
     assert all("residual" in row for row in data["rows"])
     assert len(data["holdout"]["rows"]) >= 12
+    shapes = data["run_shapes"]
+    assert {r["quantile"] for r in shapes} == {"p50", "p90", "p99", "max"}
+    assert all(r["ratio"] == r["logged"] / r["predicted"] for r in shapes)
 
 
 def test_calibrate_without_catalog_says_what_to_do(db):

@@ -23,6 +23,7 @@ from simengine.calibration import (
 from simengine.errors import SimEngineError
 from simengine.holdout import load_holdout, load_own_holdout
 from simengine.params import FIXED_VALUES, PRIORS
+from simengine.report import unfitted_points_table
 from simengine.spec import predict_spec
 
 # The tensor-core efficiency per generation (Hopper: H100/H200; Blackwell: B200/GB200),
@@ -95,6 +96,8 @@ def test_every_fitted_point_is_a_fit_target_of_the_gpu_era_and_no_other_is():
 
 def test_unfitted_points_are_still_predicted_and_reported():
     rows = unfitted_gpu_points()
+    # Every point is fitted since the seventh round: the table says so.
+    assert unfitted_points_table(rows).endswith(": none") == (not rows)
     assert {r.name for r in rows} == {p["id"] for p in GPU_POINTS if not p.get("fit", True)}
     for r in rows:
         assert r.predicted > 0 and r.error == pytest.approx(r.predicted / r.published - 1)

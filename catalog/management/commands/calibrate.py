@@ -5,13 +5,14 @@ from django.core.management.base import BaseCommand, CommandError
 import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
-from simengine.calibration import unfitted_gpu_points
+from simengine.calibration import run_shape_checks, unfitted_gpu_points
 from simengine.holdout import evaluate_holdout, evaluate_own_holdout
 from simengine.report import (
     calibration_table,
     holdout_table,
     own_holdout_table,
     plot_own_holdout,
+    run_shape_table,
     unfitted_points_table,
 )
 
@@ -21,8 +22,9 @@ class Command(BaseCommand):
         "Fit the engine's named parameters to the published figures (GPT-5.6 Sol, "
         "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU serving points, GPU "
         "ceilings) and print each target, the model's value and the residual, the GPU "
-        "points kept out of the fit, then the hold-out and issue 28's own "
-        "hold-out (with the error by kind: GPU/wafer, dense/MoE, latency/throughput)."
+        "points kept out of the fit, the finite runs' completion times beside their logs, "
+        "then the hold-out and issue 28's own hold-out (with the error by kind: "
+        "GPU/wafer, dense/MoE, latency/throughput)."
     )
 
     def add_arguments(self, parser):
@@ -53,10 +55,12 @@ class Command(BaseCommand):
         holdout = evaluate_holdout(result.params)
         own = evaluate_own_holdout(result.params)
         unfitted = unfitted_gpu_points(result.params)
+        shapes = run_shape_checks(result.params)
         if o["json"]:
             data = {
                 **result.to_dict(),
                 "unfitted_gpu_points": [vars(r) for r in unfitted],
+                "run_shapes": [{**vars(r), "ratio": r.ratio} for r in shapes],
                 "holdout": holdout.to_dict(),
                 "own_holdout": own.to_dict(),
             }
@@ -64,6 +68,7 @@ class Command(BaseCommand):
         else:
             self.stdout.write(calibration_table(result))
             self.stdout.write("\n" + unfitted_points_table(unfitted))
+            self.stdout.write("\n" + run_shape_table(shapes))
             self.stdout.write("\n" + holdout_table(holdout))
             self.stdout.write("\n" + own_holdout_table(own))
         if o["plot"]:
