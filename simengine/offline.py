@@ -17,9 +17,12 @@ throughput over the whole run is well below the full-batch rate.
   maximum-entropy law for a positive length of given mean and log-mean; cv 1 is the
   exponential), capped at ``max_output_tokens``; in a fixed pseudo-random order
   (LoadGen issues samples in random order).
-* :func:`simulate` - the run, event by event: between two completions the batch is
-  constant and every stream gains one token per step, so the time is the steps x the
-  step time at that batch and the streams' mean context (the midpoint of the interval).
+* :func:`schedule` - the run counted in decode steps: between two completions the batch
+  is constant and every stream gains one token per step, so the intervals (steps, batch,
+  the streams' mean context at the midpoint) follow from the lengths and the slots alone
+  (memoised).
+* :func:`simulate` - the run timed: each interval takes its steps x the step time at its
+  batch and context, each admission its prompt's prefill.
   It also reports when the requests finish (median, 90th and 99th percentiles from the
   run's start): how long until half, or nearly all, of a batch job is back, and the
   shape a run's log can be checked against (MLPerf's Offline summary prints the same
