@@ -45,6 +45,11 @@ class HardwareProfile:
     # generation (``<generation>@<software>:<name>``) are looked up between the device's
     # own and its kind's (EngineParams.hardware).
     generation: str = ""
+    # The CPU family of the host the GPU is served from (GPUs: "x86" for DGX/HGX H100,
+    # H200 and B200, "grace" for GB200 NVL72's Arm Neoverse V2): the server's per-request
+    # work each decode step runs there (simengine.host, params ``host:<host>:per_request``).
+    # "" (wafers): no host term.
+    host: str = ""
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -105,6 +110,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
         generation="hopper",
+        host="x86",
     ),
     "h200": HardwareProfile(
         key="h200",
@@ -120,6 +126,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
         generation="hopper",
+        host="x86",
     ),
     # DGX/HGX B200 (the system published benchmarks run on): 1,440 GB HBM3e over 8 GPUs
     # = 180 GB each, 8 TB/s; dense BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s (datasheet
@@ -140,6 +147,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_bandwidth=_IB_NDR,
         max_tensor_parallel=8,
         generation="blackwell",
+        host="x86",
     ),
     # GB200 NVL72: 72 Blackwell GPUs in ONE NVLink 5 domain (130 TB/s / 72 = 1.8 TB/s
     # per GPU, both directions), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
@@ -161,5 +169,6 @@ HARDWARE: dict[str, HardwareProfile] = {
         scaleout_bandwidth=100e9,
         max_tensor_parallel=72,
         generation="blackwell",
+        host="grace",
     ),
 }

@@ -183,6 +183,7 @@ def simulate(
     prefill_busy: float = 0.0,
     *,
     step_many: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    host_many: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> OfflineRun:
     """Serve ``outputs`` (one length per request, in admission order) with ``slots``
     streams at most: ``step(batch, context)`` is the time of one decode step at that
@@ -190,6 +191,9 @@ def simulate(
     the same for arrays of them, in one call); each admission adds ``prefill_busy`` (the
     GPU time its prompt's chunked prefill takes from the decode steps; 0 when prompts are
     prefilled elsewhere or on wafers), before the next request finishes or the next step.
+    ``host_many``, if given, is the host's work per step for arrays of batches
+    (simengine.host): the host loop runs beside the GPU, so an interval of d steps at
+    batch b takes max(its decode steps + the prefills they carry, d x host(b)).
     """
     n = len(outputs)
     sch = schedule(outputs, input_tokens, slots)
@@ -200,10 +204,15 @@ def simulate(
         st = np.array([step(a, c) for a, c in pairs])
     busy = float(prefill_busy)
     span = sch.dk * st  # each interval's decode time
-    # The time each interval ends: the initial admissions' prefills, every earlier
-    # interval, and the admissions made at every earlier event.
-    before = np.concatenate(([0.0], np.cumsum(span[:-1] + busy * sch.admits[:-1])))
-    ends = sch.initial * busy + before + span
+    # The prefills each interval carries: the initial admissions' in the first, then
+    # those of the admissions made at the event before it.
+    carried = busy * np.concatenate(([float(sch.initial)], sch.admits[:-1]))
+    if host_many is not None:
+        # Steps the host binds take its time, prefills riding in them included.
+        host = sch.dk * np.asarray(host_many(sch.active), dtype=np.float64)
+        span = np.maximum(span, host - carried)
+    # The time each interval ends: every interval so far and the prefills they carried.
+    ends = np.cumsum(span + carried)
     # At an event the requests finish one after another, each admission's prefill
     # between them: the j-th to finish waits for min(j, admitted) prefills.
     first = np.repeat(np.cumsum(sch.pops) - sch.pops, sch.pops)

@@ -52,6 +52,14 @@ FIXED_VALUES: dict[str, float] = {
     # 2026.02: TensorRT-LLM 1.2+, vLLM 0.14+; see PRIORS).
     "gpu@2025.04:eta_mem": 0.75,
     "gpu@2026.02:eta_mem": 0.75,
+    # The server's host (CPU) work per request in flight per decode step, overlapped with
+    # the GPU's step (a step takes the longer of the two; simengine.host has the sources):
+    # Grace 45.11 ms per iteration over 1,536 requests per attention rank (TensorRT-LLM
+    # PR #10273, gpt-oss-120b on GB200, 2025-12); x86 the same at the 2.75x ratio of the
+    # two hosts' CPU time per PyTorch module call (TransformerEngine issue #2053). No
+    # calibration point separates them from the GPU step: fixed, not fitted.
+    "host:grace:per_request": 45.11e-3 / 1536,
+    "host:x86:per_request": 45.11e-3 / 1536 / (37.08 / 13.48),
     # Speculative decoding is no parameter: its gain follows from the method's published
     # acceptance and draft length and the hardware's step costs (simengine.speculative).
     # Wafer-to-wafer hop latency (physical: 0.1-5 us; the CS-3 system I/O), plus the

@@ -46,6 +46,7 @@ import numpy as np
 from . import kv, offline
 from .errors import SimEngineError
 from .hardware import HardwareProfile
+from .host import host_param, host_step_seconds
 from .kv import batch_at, chunk_count, interference
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
@@ -332,6 +333,7 @@ class _Knobs:
     wafer_fixed: float
     wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
     wafer_draft: float = 0.0  # wafers: one drafter pass
+    host_per_stream: float = 0.0  # GPUs: the host's seconds per stream in the batch, per step
 
 
 def decode_step_seconds(
@@ -384,31 +386,53 @@ def decode_step_seconds(
 class _StepLine(NamedTuple):
     # A decode step as a function of the stream's context c: the attention kernels'
     # two roofline terms are affine in c, everything else is constant, so step(c) =
-    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed. A NamedTuple: built per decode batch
-    # on the router's cold path, where a frozen dataclass's __init__ costs twice as much.
+    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed, and a step never takes less than the
+    # host's work for it, ``floor`` (an overlapped host loop: simengine.host). A
+    # NamedTuple: built per decode batch on the router's cold path, where a frozen
+    # dataclass's __init__ costs twice as much.
     mem0: float
     mem1: float
     flop0: float
     flop1: float
     fixed: float
     collectives: float = 0.0  # the part of ``fixed`` spent in collectives (GPU drafting)
+    floor: float = 0.0  # the host's work per step (0: none)
 
     def at(self, context):
         # ``context``: a number or an array of them (one formula for both).
         mem, flop = self.mem0 + self.mem1 * context, self.flop0 + self.flop1 * context
         if isinstance(context, np.ndarray):
-            return np.maximum(mem, flop) + self.fixed
-        return max(mem, flop) + self.fixed
+            step = np.maximum(mem, flop) + self.fixed
+            return np.maximum(step, self.floor) if self.floor else step
+        step = max(mem, flop) + self.fixed
+        return step if step >= self.floor else self.floor
+
+    def _below_floor(self, x: list[float]) -> int:
+        # How many of the sorted points ``x`` have a GPU step under the floor: the GPU
+        # step never falls as the context grows (both lines' slopes are >= 0), so they
+        # are a prefix, ending where the first line reaches the floor.
+        if self.floor <= 0.0:
+            return 0
+        reach = math.inf
+        for c0, c1 in ((self.mem0, self.mem1), (self.flop0, self.flop1)):
+            need = self.floor - self.fixed - c0
+            if need <= 0.0:
+                return 0
+            if c1 > 0.0:
+                reach = min(reach, need / c1)
+        return bisect.bisect_left(x, reach)
 
     def weighted_sum(self, points: _Points) -> float:
         """sum_i w_i at(x_i) over sorted weighted points, in O(log n).
 
-        at() is the larger of two lines plus a constant, and the points where the
-        second line wins are one side of where the lines cross: split the sorted
-        points there and each side is (intercept x sum w + slope x sum w x) from the
-        prefix sums. The same value as summing at() point by point (to rounding).
+        at() is the larger of two lines plus a constant (or the host's floor, on a
+        prefix of the points: :meth:`_below_floor`), and the points where the second
+        line wins are one side of where the lines cross: split the sorted points there
+        and each side is (intercept x sum w + slope x sum w x) from the prefix sums.
+        The same value as summing at() point by point (to rounding).
         """
         w, wx, n = points.w, points.wx, len(points.x)
+        s = self._below_floor(points.x)  # [0, s): the floor
         d0, d1 = self.flop0 - self.mem0, self.flop1 - self.mem1  # flop wins where d0 + d1 x > 0
         if d1 > 0:
             k = bisect.bisect_right(points.x, -d0 / d1)  # [0, k): memory, [k, n): compute
@@ -421,12 +445,14 @@ class _StepLine(NamedTuple):
         else:
             k, lo = n, ((self.flop0, self.flop1) if d0 > 0 else (self.mem0, self.mem1))
             hi = lo
+        k = max(k, s)
         return (
-            lo[0] * w[k]
-            + lo[1] * wx[k]
+            lo[0] * (w[k] - w[s])
+            + lo[1] * (wx[k] - wx[s])
             + hi[0] * points.sw[k]
             + hi[1] * points.swx[k]
-            + self.fixed * w[n]
+            + self.fixed * points.sw[s]
+            + self.floor * w[s]
         )
 
 
@@ -597,6 +623,7 @@ def _knobs(s: _Served) -> _Knobs:
             chunk_tokens=get("gpu:prefill_chunk_tokens"),
             wafer_pass=0.0,
             wafer_fixed=0.0,
+            host_per_stream=_host_per_stream(s),
         )
     verify_extra, draft = _wafer_speculative(s, spec)
     return _Knobs(
@@ -614,6 +641,16 @@ def _knobs(s: _Served) -> _Knobs:
         wafer_verify_extra=verify_extra,
         wafer_draft=draft,
     )
+
+
+def _host_per_stream(s: _Served) -> float:
+    # The host's work per step for each stream of a replica's batch (simengine.host): one
+    # scheduler per attention rank under attention data parallelism, each over its own
+    # streams; else one over the replica's whole batch.
+    if not s.hw.host:
+        return 0.0
+    ranks = (s.place.tensor_parallel or 1) if s.deployment.attention_data_parallel else 1
+    return host_step_seconds(s.params.get(host_param(s.hw.host)), 1.0, ranks)
 
 
 def _decode_attention_efficiency(s: _Served, eta_flop: float) -> float:
@@ -669,11 +706,13 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         eta_attention=k.eta_attention,
     )
     fixed = line.fixed + k.step_overhead
+    host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if spec is None:
-        return _StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed)
+        return _StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, host)
     fixed += _gpu_drafting(s, line, b, other_context, spec)
     return _StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
-                     line.flop1 / per_step, fixed / per_step)  # fmt: skip
+                     line.flop1 / per_step, fixed / per_step,
+                     floor=host / per_step)  # fmt: skip
 
 
 def _gpu_drafting(
@@ -847,6 +886,15 @@ def _split(total: int, parts: int) -> np.ndarray:
 
 def _chunks(s: _Served, tokens: int) -> int:
     return chunk_count(tokens, s.knobs.chunk_tokens)
+
+
+def _with_prefills(line: _StepLine, extra: float) -> _StepLine:
+    # The other streams' prefills (``extra`` per generated token, _interference) run in
+    # the same steps as the decode, so they share a step with the host's work for it: a
+    # token takes max(GPU step + extra, host) = max(GPU step, host - extra) + extra.
+    if line.floor <= 0.0 or extra <= 0.0:
+        return line
+    return line._replace(floor=max(0.0, line.floor - extra))
 
 
 def _interference(
@@ -1063,6 +1111,7 @@ def _service_profile(
     n = task.turns
     agent_term = s.params.get("agent:turn_overhead") if n > 1 else 0.0
     extra = _interference(s, b, pre_sum / n, task.output_tokens / n)
+    line = _with_prefills(line, extra)
     producing = (
         line.weighted_sum(turns.tokens)
         + per_token * turns.tokens.w[-1]
@@ -1532,10 +1581,10 @@ def serving_point(
         # (TTFT without queueing, time per output token, the time a request holds a
         # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
         line = _token_line(s, batch, context) if gpu else s.token_line
-        step = line.at(context)
         decoding_with_prefills = gpu and not disaggregated_prefill
-        tpot = step + per_token
-        tpot += _interference(s, batch if decoding_with_prefills else None, prefill, output_tokens)
+        extra = _interference(s, batch if decoding_with_prefills else None, prefill, output_tokens)
+        step = _with_prefills(line, extra).at(context)
+        tpot = step + per_token + extra
         ttft = prefill + chunks * step + ttft_extra
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
@@ -1613,25 +1662,42 @@ def _offline_run(
 
     def step(batch: float, context: float) -> float:
         # Every stream in flight holds ``context`` tokens on average (GPUs: the batch's
-        # KV and attention; a wafer's step depends on neither).
+        # KV and attention; a wafer's step depends on neither). The GPU's step: the
+        # host's work for it is ``host_many``'s.
         line = _token_line(s, batch, context) if gpu else s.token_line
-        return line.at(context) + per_token
+        return line._replace(floor=0.0).at(context) + per_token
+
+    per_size: list = [None, None]  # the last batch array asked for, its coefficients
+
+    def coefficients(batch: np.ndarray) -> np.ndarray:
+        # (slope, constant, host floor) of the step at each batch size the run goes
+        # through, once per size (step_many and host_many ask for the same batches).
+        if per_size[0] is not batch:
+            sizes, which = np.unique(batch, return_inverse=True)
+            coef = np.empty((len(sizes), 3))
+            for i, b in enumerate(sizes.tolist()):
+                line = _token_line(s, b, 1.0)
+                coef[i] = (max(line.mem0 + line.mem1, line.flop0 + line.flop1), line.fixed,
+                           line.floor)  # fmt: skip
+            per_size[:] = batch, coef[which]
+        return per_size[1]
 
     def step_many(batch: np.ndarray, context: np.ndarray) -> np.ndarray:
-        # One (slope, constant) per batch size the run goes through.
-        sizes, which = np.unique(batch, return_inverse=True)
-        coef = np.empty((len(sizes), 2))
-        for i, b in enumerate(sizes.tolist()):
-            line = _token_line(s, b, 1.0)
-            coef[i] = (max(line.mem0 + line.mem1, line.flop0 + line.flop1), line.fixed)
-        return coef[which, 0] * context + coef[which, 1] + per_token
+        coef = coefficients(batch)
+        return coef[:, 0] * context + coef[:, 1] + per_token
+
+    def host_many(batch: np.ndarray) -> np.ndarray:
+        # The host's work per step at each batch (simengine.host; the context does not
+        # matter).
+        return coefficients(batch)[:, 2]
 
     outputs = offline.output_lengths(output_tokens, output_cv, requests, max_output)
     # Chunked prefill holds the GPU for the prompt's prefill (a pipeline stage for its
     # share: _interference); wafers and disaggregated prefill take none from the steps.
     busy = prefill / s.place.pipeline_stages if gpu else 0.0
     return offline.simulate(step, outputs, input_tokens, max(1, slots), busy,
-                            step_many=step_many if affine else None)  # fmt: skip
+                            step_many=step_many if affine else None,
+                            host_many=host_many if gpu and s.knobs.host_per_stream else None)  # fmt: skip
 
 
 def _open_loop(
