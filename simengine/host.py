@@ -16,11 +16,12 @@ since November 2024, sgl-project/sglang PR #2067; vLLM's async scheduling, on by
 default from 0.14.0, January 2026, vllm-project/vllm PR #27614): the host prepares
 step n + 1 while the GPU runs step n. So a step takes the longer of the two,
 max(GPU step, host work) (``simengine.perf``'s step line, ``simengine.offline``'s
-finite run, where the prefills riding in host-bound steps cost nothing more); the part of the host work that stays
-exposed at any batch (kernel launches, the launch-to-finish sync) is in the GPU step's
-fixed overhead (params ``gpu:step_overhead``). The host binds when the GPU step is
-short against the batch: a small-active model (a few billion active parameters) at
-hundreds to thousands of streams, above all on a slower host CPU.
+finite run), and the prefills riding in a host-bound step cost nothing more; the part
+of the host work that stays exposed at any batch (kernel launches, the
+launch-to-finish sync) is in the GPU step's fixed overhead (params
+``gpu:step_overhead``). The host binds when the GPU step is short against the batch:
+a small-active model (a few billion active parameters) at hundreds to thousands of
+streams, above all on a slower host CPU.
 
 Sizes (params ``host:<host>:per_request``, fixed, not fitted: no calibration point
 separates them from the GPU step):
