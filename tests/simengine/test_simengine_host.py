@@ -129,17 +129,15 @@ def test_weighted_sum_with_a_host_floor_equals_the_sum_point_by_point(seed):
 def test_a_finite_run_scheduled_then_timed_matches_the_step_event_by_event():
     # A host-bound finite run: the per-batch-size timing (step_many) gives the run the
     # step point by point gives.
-    spec = _spec("gb200-nvl72", 1024, offline_requests=1500)
-    del spec["concurrency"]
-    model = model_from_spec(spec["model"])
+    model = model_from_spec(SMALL_MOE)
     deployment = perf.Deployment(device="gb200-nvl72", nodes=1)
     s = perf._serve(model, deployment, DEFAULT_PARAMS.with_values({"tier:standard:batch": 1024.0}),
                     context=300.0)  # fmt: skip
     outputs = offline.output_lengths(200, 0.0, 1500)
-    lines = {}
 
     def step(b, c):
-        line = lines.setdefault(b, perf._token_line(s, b, 1.0))
+        # step_many's form: the line at context 1, scaled by the context.
+        line = perf._token_line(s, b, 1.0)
         return line._replace(mem0=line.mem0 * c, flop0=line.flop0 * c, mem1=0.0,
                              flop1=0.0).at(1.0)  # fmt: skip
 
