@@ -160,6 +160,8 @@ _NEW_TOP_FIELDS = (
     "output_tokens_cv",
     "offline_requests",
     "max_output_tokens",
+    "server",
+    "kv_admission",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -188,7 +190,7 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill``,
-      ``output_tokens_cv`` dropped; ``offline_requests`` N (a finite run, added to some
+      ``output_tokens_cv``, ``server``, ``kv_admission`` dropped; ``offline_requests`` N (a finite run, added to some
       figures after the hold-out was frozen) -> ``concurrency`` N, the steady-state form
       the frozen spec had.
     - ``replicas``: dropped; the spec describes one replica and the returned factor

@@ -6,6 +6,10 @@ Pure functions of sizes and parameters (no engine state), used by
 * :func:`tp_kv_replication` - KV stored more than once over a tensor-parallel group
   (fewer KV heads than GPUs, or a latent cache shared by all heads);
 * :func:`default_max_batch_size` - the server's default cap on sequences per step;
+* :func:`kv_admission` - when a server admits a request into the batch: while the
+  tokens held fit (paged) or only when its whole input + output fits (reserved,
+  TensorRT-LLM's default), and :func:`admission_context` - the tokens a stream is
+  counted at for that;
 * :func:`batch_at` - the decode batch of a GPU replica: the streams asked for, capped
   by the server's batch cap and by what the free KV memory holds, each stream holding
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
@@ -39,12 +43,72 @@ DEFAULT_MAX_BATCH_SIZE_LARGE_GPU = 1024
 DEFAULT_MAX_BATCH_SIZE = 256  # GPUs below 70 GiB
 
 
-def default_max_batch_size(memory_bytes: float) -> int:
-    """The production batch cap of a GPU with ``memory_bytes`` of memory (vLLM V1's
-    ``max_num_seqs`` default: 1024 from 70 GiB, 256 below)."""
+# The inference servers a spec can name (``server``; None: not stated, the generic
+# defaults above). Each sets the defaults a deployment gets when the spec does not
+# state them: the batch cap and the KV admission rule.
+SERVERS = ("vllm", "sglang", "tensorrt-llm")
+# TensorRT-LLM's LLM API (trtllm-serve, trtllm-bench's PyTorch flow) defaults
+# ``max_batch_size`` to 2048 (tensorrt_llm/llmapi/llm_args.py, BaseLlmArgs); per
+# attention-DP rank like the others (parallel.attention_dp_batch_cap).
+SERVER_MAX_BATCH_SIZE = {"tensorrt-llm": 2048}
+
+# KV admission: when a request may join the batch.
+# - "paged": while the tokens the streams hold fit the cache; a stream that outgrows it
+#   is preempted (vLLM, SGLang; TensorRT-LLM's MAX_UTILIZATION policy, which MLPerf
+#   configs set as 'batch_scheduler_policy': 'max_util').
+# - "reserved": only when its whole input + output fits next to the other streams'
+#   reservations, so no request is ever paused: TensorRT-LLM's GUARANTEED_NO_EVICT, the
+#   default of its LLM API (tensorrt_llm/llmapi/llm_args.py, SchedulerConfig
+#   ``capacity_scheduler_policy``) and of ``trtllm-bench throughput``
+#   (``--scheduler_policy``, default guaranteed_no_evict,
+#   tensorrt_llm/bench/benchmark/throughput.py). trtllm-bench's default
+#   ``max_batch_size`` is sized the same way, from the KV cache at input + output
+#   (bench/build/tuning.py, calc_engine_setting), rounded up, so the reservation binds.
+KV_ADMISSIONS = ("paged", "reserved")
+SERVER_KV_ADMISSION = {"tensorrt-llm": "reserved"}
+
+
+def default_max_batch_size(memory_bytes: float, server: str | None = None) -> int:
+    """The production batch cap of a GPU with ``memory_bytes`` of memory under
+    ``server`` (None: not stated): TensorRT-LLM's 2048, else vLLM V1's ``max_num_seqs``
+    default (1024 from 70 GiB, 256 below)."""
+    if server in SERVER_MAX_BATCH_SIZE:
+        return SERVER_MAX_BATCH_SIZE[server]
     if memory_bytes >= LARGE_GPU_MEMORY_BYTES:
         return DEFAULT_MAX_BATCH_SIZE_LARGE_GPU
     return DEFAULT_MAX_BATCH_SIZE
+
+
+def kv_admission(server: str | None, admission: str | None = None) -> str:
+    """The KV admission rule (:data:`KV_ADMISSIONS`): ``admission`` if stated, else the
+    ``server``'s default (paged unless the server reserves)."""
+    if server is not None and server not in SERVERS:
+        raise SimEngineError(f"server must be one of {list(SERVERS)}, got {server!r}")
+    if admission is None:
+        return SERVER_KV_ADMISSION.get(server or "", "paged")
+    if admission not in KV_ADMISSIONS:
+        raise SimEngineError(
+            f"kv_admission must be one of {list(KV_ADMISSIONS)}, got {admission!r}"
+        )
+    return admission
+
+
+def admission_context(
+    admission: str, input_tokens: float, output_tokens: float, output_cv: float = 0.0
+) -> float:
+    """The tokens each stream in flight counts for when the server decides whether the
+    cache has room for one more.
+
+    Paged: the tokens it holds (:func:`mean_context`). Reserved: its prompt plus its
+    whole output, held or not. The streams in flight are a length-biased sample of the
+    requests (a slot holds a request for a time proportional to its output), so their
+    outputs average E[o^2] / E[o] = m (1 + cv^2): a reservation is twice what a paged
+    stream holds of its output, on average (fixed lengths: input + output against
+    input + output / 2).
+    """
+    if admission == "reserved":
+        return input_tokens + output_tokens * (1.0 + output_cv * output_cv)
+    return mean_context(input_tokens, output_tokens, output_cv)
 
 
 def tp_kv_replication(kv_shards: int, tensor_parallel: int) -> float:

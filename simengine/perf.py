@@ -1479,6 +1479,8 @@ def serving_point(
     disaggregated_prefill: bool = False,
     offline_requests: int | None = None,
     max_output_tokens: int | None = None,
+    server: str | None = None,
+    kv_admission: str | None = None,
     params: EngineParams = DEFAULT_PARAMS,
 ) -> dict[str, Any]:
     """``replicas`` identical replicas serving (input, output) requests.
@@ -1490,7 +1492,11 @@ def serving_point(
     deployment, MLPerf's server scenario; split evenly over replicas): the batch is
     what the rate sustains (Little's law at the service time of that batch), and TTFT
     adds the queueing (:func:`_open_loop`). ``max_batch_size`` None: the production
-    default for the GPU's memory (:func:`simengine.kv.default_max_batch_size`).
+    default of ``server`` for the GPU's memory (:func:`simengine.kv.default_max_batch_size`).
+    ``kv_admission`` (default: the ``server``'s, :func:`simengine.kv.kv_admission`):
+    "paged" admits a stream while the tokens held fit the cache; "reserved"
+    (TensorRT-LLM's GUARANTEED_NO_EVICT) only when its whole input + output fits, so the
+    cache holds fewer streams (:func:`simengine.kv.admission_context`).
     ``output_tokens_cv`` (std / mean of the output lengths; default 0, fixed lengths)
     raises the context the streams in flight hold to the token-weighted mean
     (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
@@ -1541,8 +1547,11 @@ def serving_point(
         ):
             raise SimEngineError(f"rate_per_second must be a number > 0, got {rate_per_second!r}")
     _positive_int(replicas, "replicas", 1)
+    admission = kv.kv_admission(server, kv_admission)
     if max_batch_size is None:
-        max_batch = kv.default_max_batch_size(resolve_device(deployment.device).memory_bytes)
+        max_batch = kv.default_max_batch_size(
+            resolve_device(deployment.device).memory_bytes, server
+        )
     else:
         max_batch = max_batch_size
     _positive_int(max_batch, "max_batch_size", 1)
@@ -1561,6 +1570,12 @@ def serving_point(
     context = kv.mean_context(input_tokens, output_tokens, output_tokens_cv)
     s = _serve(model, deployment, p, context=context)
     gpu = s.hw.kind == "gpu"
+    if gpu and admission != "paged":
+        # The cache admits by reservation: it holds the streams whose whole input +
+        # output fits, fewer than the tokens they hold would allow.
+        reserved = kv.admission_context(admission, input_tokens, output_tokens, output_tokens_cv)
+        cap = min(s.batch_cap, _batch_at(s, None, reserved)[1])
+        s = dataclasses.replace(s, batch=min(s.batch, cap), batch_cap=cap)
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
     prefill = _prefill_seconds(s, input_tokens, 0)

@@ -31,6 +31,10 @@ the streams in flight hold more context than the mean output says
 run (N requests per replica queued at once, MLPerf's Offline scenario): the throughput
 is over the whole run, the drain at its end included, with N output lengths of that
 mean and spread (capped at ``max_output_tokens``; :mod:`simengine.offline`).
+``server`` (GPUs: ``vllm``, ``sglang`` or ``tensorrt-llm``) sets the defaults that
+server runs with: TensorRT-LLM caps a batch at 2048 sequences and admits a request only
+when its whole input + output fits the KV cache (``kv_admission: "reserved"``), where
+the others admit while the tokens held fit (``"paged"``) (:func:`simengine.kv.kv_admission`).
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
@@ -46,7 +50,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .kv import output_cv
+from .kv import kv_admission, output_cv
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import longest_output
@@ -108,6 +112,12 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # GPUs: prompts prefilled on other GPUs (prefill-decode disaggregation); the replica
     # only decodes.
     "disaggregated_prefill": False,
+    # GPUs: the inference server (vllm | sglang | tensorrt-llm; default: not stated, the
+    # generic defaults); sets the default batch cap and KV admission (kv.py).
+    "server": None,
+    # GPUs: paged (admit while the tokens held fit) | reserved (admit only when the whole
+    # input + output fits: TensorRT-LLM's GUARANTEED_NO_EVICT); default: the server's.
+    "kv_admission": None,
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -341,6 +351,13 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         elif tp is not None and devices is not None:
             pp = devices // tp  # the devices beyond one TP group are pipeline stages
         npr = devices if devices is not None else tp
+    try:
+        kv_admission(s["server"], s["kv_admission"])
+    except SimEngineError as exc:
+        raise _err(str(exc)) from None
+    for key in ("server", "kv_admission"):
+        if s[key] is not None and hw.kind == "wafer":
+            raise _err(f"{key} applies to GPUs only; cs-3 is served by its own stack")
     adp, disagg = s["attention_data_parallel"], s["disaggregated_prefill"]
     for key, flag in (("attention_data_parallel", adp), ("disaggregated_prefill", disagg)):
         if not isinstance(flag, bool):
@@ -393,6 +410,8 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "speculative": spec_dec or False,
         "transport": s["transport"],
         "disaggregated_prefill": disagg,
+        "server": s["server"],
+        "kv_admission": s["kv_admission"],
     }
     if inp + out > model.context_window:
         raise _err(
@@ -442,6 +461,8 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         max_batch_size=w["max_batch_size"],
         replicas=w["replicas"],
         disaggregated_prefill=w["disaggregated_prefill"],
+        server=w["server"],
+        kv_admission=w["kv_admission"],
         params=params,
     )
     point["kv_bytes_per_token"] = model.kv_bytes_per_token
