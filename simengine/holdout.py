@@ -190,9 +190,9 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill``,
-      ``output_tokens_cv``, ``server``, ``kv_admission`` dropped; ``offline_requests`` N (a finite run, added to some
-      figures after the hold-out was frozen) -> ``concurrency`` N, the steady-state form
-      the frozen spec had.
+      ``output_tokens_cv``, ``server``, ``kv_admission`` dropped; ``offline_requests`` N
+      (a finite run, added to some figures after the hold-out was frozen) ->
+      ``concurrency`` N, the steady-state form the frozen spec had.
     - ``replicas``: dropped; the spec describes one replica and the returned factor
       (= replicas) multiplies ``throughput_tokens_per_second``.
     - ``rate_per_second`` (open loop): :class:`NotExpressible` (no closed-loop equivalent).
