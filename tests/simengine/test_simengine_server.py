@@ -24,22 +24,18 @@ from simengine.kv import (
 )
 from simengine.spec import model_from_spec, parse_spec, predict_spec
 
-LLAMA_70B_FP8 = {
-    "name": "llama-3.3-70b", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
-    "head_dim": 128, "params_b": 70.6, "dtype": "fp8", "kv_dtype": "bf16",
-}  # fmt: skip
-LLAMA_8B = {
-    "name": "llama-3.1-8b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
-    "head_dim": 128, "params_b": 8.0, "dtype": "fp8",
-}  # fmt: skip
+from .test_simengine_kv import LLAMA_8B
+from .test_simengine_openloop import LLAMA_70B  # FP8
+
+LLAMA_70B_BF16_KV = {**LLAMA_70B, "kv_dtype": "bf16"}
 # 70B FP8 on 2 x H100 with a 16-bit cache: ~150 streams of 1000 + 500 tokens, far fewer
 # than asked for.
-KV_BOUND = {"model": LLAMA_70B_FP8, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
+KV_BOUND = {"model": LLAMA_70B_BF16_KV, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
             "concurrency": 4000, "max_batch_size": 4096, "input_tokens": 1000}  # fmt: skip
 
 
 def _kv_tokens(inp: int, out: int) -> float:
-    spec = model_from_spec(LLAMA_70B_FP8, tokens=inp + out)
+    spec = model_from_spec(LLAMA_70B_BF16_KV, tokens=inp + out)
     return placement(spec, "h100", nodes_per_replica=2).kv_tokens_per_replica
 
 

@@ -1,0 +1,127 @@
+"""The README's spec-field examples say what the engine answers today.
+
+Each example below is run through ``predict_spec`` and its figures, rounded the way the
+README rounds them, must appear in the README's text (line breaks and indentation
+collapsed). When the engine changes, this fails until the README is brought up to date:
+seven of these had drifted over issue 28's later rounds before the check existed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from simengine.spec import predict_spec
+
+from .test_simengine_kv import LLAMA_8B
+from .test_simengine_openloop import LLAMA_70B  # FP8
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+LLAMA_405B_BF16 = {
+    "name": "llama-3.1-405b", "layers": 126, "hidden": 16384, "heads": 128, "kv_heads": 8,
+    "head_dim": 128, "params_b": 405.9, "dtype": "bf16",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def readme() -> str:
+    return re.sub(r"\s+", " ", README.read_text())
+
+
+def _n(x: float, step: float = 1.0) -> str:
+    """``x`` rounded to a multiple of ``step``, with thousands separators."""
+    return f"{round(x / step) * step:,.0f}"
+
+
+def test_paged_kv_example(readme):
+    r = predict_spec({"model": LLAMA_8B, "hardware": "h100", "devices": 1, "concurrency": 1400,
+                      "max_batch_size": 2048, "input_tokens": 200, "output_tokens": 200})  # fmt: skip
+    assert (
+        f"-> batch {r['batch']:.0f}, {_n(r['throughput_tokens_per_second'], 100)} tok/s." in readme
+    )
+
+
+def test_server_example(readme):
+    base = {"model": LLAMA_70B, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
+            "concurrency": 512, "input_tokens": 1000, "output_tokens": 1000}  # fmt: skip
+    v = predict_spec({**base, "server": "vllm"})
+    t = predict_spec({**base, "server": "tensorrt-llm"})
+    assert (
+        f'"server": "vllm"` -> batch {v["batch"]:.0f}, {_n(v["throughput_tokens_per_second"], 10)}'
+        f" tok/s, TTFT {v['ttft_seconds']:.0f} s;" in readme
+    )
+    assert (
+        f'"server": "tensorrt-llm"` -> batch {t["batch"]:.0f}, '
+        f"{_n(t['throughput_tokens_per_second'], 10)} tok/s, TTFT {t['ttft_seconds']:.0f} s"
+        in readme
+    )
+    cv = predict_spec({**base, "output_tokens_cv": 1.0})
+    assert (
+        f"-> batch {cv['batch']:.0f} ({v['batch']:.0f} at cv 0), "
+        f"{_n(cv['throughput_tokens_per_second'], 10)} tok/s "
+        f"({_n(v['throughput_tokens_per_second'], 10)})." in readme
+    )
+
+
+def test_offline_run_example(readme):
+    base = {"model": LLAMA_8B, "hardware": "h100", "devices": 1, "max_batch_size": 256,
+            "input_tokens": 500, "output_tokens": 1000, "offline_requests": 2000}  # fmt: skip
+    r = predict_spec(base)
+    assert (
+        f"-> {_n(r['throughput_tokens_per_second'], 100)} tok/s over {r['run_seconds']:.0f} s, "
+        f"half the requests back by {r['completion_p50_seconds']:.0f} s;" in readme
+    )
+    s = predict_spec({**base, "output_tokens_cv": 1.0, "max_output_tokens": 8000})
+    p50, p90, p99 = (s[f"completion_p{q}_seconds"] for q in (50, 90, 99))
+    assert (
+        f"-> {_n(s['throughput_tokens_per_second'], 10)} tok/s over {s['run_seconds']:.0f} s, "
+        f"{s['drain_seconds']:.0f} s of it the drain, a mean batch of {s['batch']:.0f} of the "
+        f"256 slots, half back by {p50:.0f} s, 90 % by {p90:.0f} s, 99 % by {p99:.0f} s." in readme
+    )
+
+
+def test_open_loop_example(readme):
+    r = predict_spec({"model": LLAMA_70B, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
+                      "replicas": 4, "rate_per_second": 24, "input_tokens": 1000,
+                      "output_tokens": 500})  # fmt: skip
+    assert (
+        f"-> batch {r['batch']:.0f} per replica, TTFT {r['ttft_seconds']:.3f} s "
+        f"({r['queue_seconds']:.3f} s of it queueing), capacity "
+        f"{r['capacity_requests_per_second']:.0f} req/s, "
+        f"{_n(r['throughput_tokens_per_second'], 100)} tok/s." in readme
+    )
+
+
+def test_pipeline_example(readme):
+    r = predict_spec({"model": LLAMA_405B_BF16, "hardware": "h100", "tensor_parallel": 8,
+                      "pipeline_parallel": 2, "concurrency": 64, "input_tokens": 1000,
+                      "output_tokens": 500})  # fmt: skip
+    assert f"-> {r['devices']} GPUs, {_n(r['throughput_tokens_per_second'], 10)} tok/s." in readme
+
+
+def test_speculative_example(readme):
+    spec = {"model": LLAMA_70B, "hardware": "h100", "devices": 4}
+    sd = {"method": "eagle3", "draft_tokens": 6, "acceptance": 0.8}
+
+    def ratio(c: int) -> float:
+        on = predict_spec({**spec, "concurrency": c, "speculative": sd})
+        return (
+            on["tokens_per_second"] / predict_spec({**spec, "concurrency": c})["tokens_per_second"]
+        )
+
+    one = predict_spec({**spec, "concurrency": 1, "speculative": sd})["tokens_per_second"]
+    assert (
+        f"Speculative object: {one:.0f} tok/s for one stream ({ratio(1):.1f}x plain decoding; "
+        f"{ratio(64):.1f}x at 64 streams, {ratio(160):.2f}x at 160 streams; at 1,024 streams "
+        f"the compute-bound verify steps make it {ratio(1024):.2f}x" in readme
+    )
+
+
+def test_wafer_default_example(readme):
+    qwen = {"name": "qwen3-32b", "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8,
+            "head_dim": 128, "params_b": 32.8}  # fmt: skip
+    r = predict_spec({"model": qwen, "hardware": "cs-3"})
+    assert f"(the draft-model method), {_n(r['tokens_per_second'])} tok/s at the" in readme
