@@ -1635,6 +1635,10 @@ def serving_point(
         "throughput_tokens_per_second": throughput,
         "queue_seconds": queue,
         "batch": streams,
+        # The most streams a replica decodes at once: GPUs, min(the server's cap, what the
+        # KV cache holds under its admission rule); wafers, the pipeline's slots.
+        "batch_cap": slots,
+        "kv_admission": admission if gpu else None,
         "capacity_requests_per_second": capacity,
         "replicas": replicas,
         "devices": s.place.nodes_per_replica,

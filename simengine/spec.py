@@ -433,7 +433,9 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     Returns ``ttft_seconds`` (mean, queueing included), ``time_per_output_token_seconds``,
     ``tokens_per_second`` (one stream), ``throughput_tokens_per_second`` (all streams of
     all replicas), ``queue_seconds`` (the wait in TTFT), ``batch`` (the decode batch per
-    replica), ``capacity_requests_per_second`` (open loop; None in a closed loop),
+    replica), ``batch_cap`` (the most it can be: GPUs, min(the server's cap, what the KV
+    cache holds under ``kv_admission``, also returned); wafers, the pipeline's slots),
+    ``capacity_requests_per_second`` (open loop; None in a closed loop),
     ``kv_bytes_per_token``, ``software`` / ``software_era`` (the calibrated era used and
     why) plus the placement used (replicas, devices, tensor_parallel, pipeline_stages).
     """
@@ -476,6 +478,7 @@ _OUTPUT_KEYS = (
     "throughput_tokens_per_second",
     "queue_seconds",
     "batch",
+    "batch_cap",
     "capacity_requests_per_second",
     "kv_bytes_per_token",
     "run_seconds",
@@ -518,7 +521,7 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         keys = (*_OUTPUT_KEYS, "replicas", "devices", "tensor_parallel", "pipeline_stages")
-        for key in (*keys, "software", "software_era"):
+        for key in (*keys, "kv_admission", "software", "software_era"):
             v = result[key]
             if v is None:
                 continue

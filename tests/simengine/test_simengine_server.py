@@ -75,6 +75,9 @@ def test_a_reserved_kv_bound_batch_holds_the_streams_whose_whole_output_fits():
         half = KV_PAGE_TOKENS / 2
         assert paged["batch"] == pytest.approx(kv_tokens / (1000 + out / 2 + half))
         assert reserved["batch"] == pytest.approx(kv_tokens / (1000 + out + half))
+        # The answer names the rule and the cap it set (the batch is the cap: 4,000 asked).
+        assert (paged["kv_admission"], reserved["kv_admission"]) == ("paged", "reserved")
+        assert reserved["batch_cap"] == reserved["batch"] < paged["batch_cap"]
         # Fewer streams, each step shorter, less throughput.
         assert reserved["time_per_output_token_seconds"] < paged["time_per_output_token_seconds"]
         assert reserved["throughput_tokens_per_second"] < paged["throughput_tokens_per_second"]
@@ -133,6 +136,9 @@ def test_wafers_have_no_server_field(key, value):
     spec = {"model": LLAMA_8B, "hardware": "cs-3", "concurrency": 1, key: value}
     with pytest.raises(SimEngineError, match=f"{key} applies to GPUs only"):
         parse_spec(spec)
+    del spec[key]
+    r = predict_spec(spec)
+    assert r["kv_admission"] is None and r["batch_cap"] >= 1
 
 
 def test_the_old_schema_drops_server_and_admission():
