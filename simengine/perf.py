@@ -796,9 +796,12 @@ def _serve(
     *,
     batch: float | None = None,
     context: float = 1024.0,
+    admit_context: float | None = None,
 ) -> _Served:
     # ``batch``: streams in flight per GPU replica (default: the tier's cap, i.e. full
-    # load); ``context``: the context each co-batched stream holds (the workload's).
+    # load); ``context``: the context each co-batched stream holds (the workload's);
+    # ``admit_context``: what each counts for when the KV cache admits streams (default:
+    # ``context``, the paged rule; kv.admission_context).
     hw = resolve_device(deployment.device)
     software = deployment.software or params.software_for(hw.key)
     # Concurrency is planned for the typical co-scheduled context, not the worst case.
@@ -836,7 +839,7 @@ def _serve(
             model, place.tensor_parallel or 1, deployment.attention_data_parallel
         ),
     )
-    b, cap = _batch_at(served, batch, context)
+    b, cap = _batch_at(served, batch, context if admit_context is None else admit_context)
     return dataclasses.replace(
         served, batch=b, batch_cap=cap, token_line=_token_line(served, b, context)
     )
@@ -1568,14 +1571,11 @@ def serving_point(
     output_tokens_cv = kv.output_cv(output_tokens_cv)
     # The streams in flight hold the token-weighted mean context (kv.mean_context).
     context = kv.mean_context(input_tokens, output_tokens, output_tokens_cv)
-    s = _serve(model, deployment, p, context=context)
+    # The cache admits streams by what each counts for under the server's rule: the
+    # tokens held (paged), or the whole input + output (reserved: fewer streams).
+    admit = kv.admission_context(admission, input_tokens, output_tokens, output_tokens_cv)
+    s = _serve(model, deployment, p, context=context, admit_context=admit)
     gpu = s.hw.kind == "gpu"
-    if gpu and admission != "paged":
-        # The cache admits by reservation: it holds the streams whose whole input +
-        # output fits, fewer than the tokens they hold would allow.
-        reserved = kv.admission_context(admission, input_tokens, output_tokens, output_tokens_cv)
-        cap = min(s.batch_cap, _batch_at(s, None, reserved)[1])
-        s = dataclasses.replace(s, batch=min(s.batch, cap), batch_cap=cap)
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
     prefill = _prefill_seconds(s, input_tokens, 0)

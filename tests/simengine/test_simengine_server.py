@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from simengine import SimEngineError, placement
+from simengine import SimEngineError
 from simengine.holdout import legacy_spec
 from simengine.kv import (
     KV_PAGE_TOKENS,
@@ -22,9 +22,9 @@ from simengine.kv import (
     kv_admission,
     mean_context,
 )
-from simengine.spec import model_from_spec, parse_spec, predict_spec
+from simengine.spec import parse_spec, predict_spec
 
-from .test_simengine_kv import LLAMA_8B
+from .test_simengine_kv import LLAMA_8B, _kv_tokens
 from .test_simengine_openloop import LLAMA_70B  # FP8
 
 LLAMA_70B_BF16_KV = {**LLAMA_70B, "kv_dtype": "bf16"}
@@ -32,11 +32,6 @@ LLAMA_70B_BF16_KV = {**LLAMA_70B, "kv_dtype": "bf16"}
 # than asked for.
 KV_BOUND = {"model": LLAMA_70B_BF16_KV, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
             "concurrency": 4000, "max_batch_size": 4096, "input_tokens": 1000}  # fmt: skip
-
-
-def _kv_tokens(inp: int, out: int) -> float:
-    spec = model_from_spec(LLAMA_70B_BF16_KV, tokens=inp + out)
-    return placement(spec, "h100", nodes_per_replica=2).kv_tokens_per_replica
 
 
 def test_admission_defaults_by_server_and_an_explicit_rule_wins():
@@ -71,7 +66,7 @@ def test_a_reserved_kv_bound_batch_holds_the_streams_whose_whole_output_fits():
     for out in (250, 1000, 4000):
         paged = predict_spec({**KV_BOUND, "output_tokens": out, "server": "vllm"})
         reserved = predict_spec({**KV_BOUND, "output_tokens": out, "server": "tensorrt-llm"})
-        kv_tokens = _kv_tokens(1000, out)
+        kv_tokens = _kv_tokens(LLAMA_70B_BF16_KV, "h100", 2, 1000, out)
         half = KV_PAGE_TOKENS / 2
         assert paged["batch"] == pytest.approx(kv_tokens / (1000 + out / 2 + half))
         assert reserved["batch"] == pytest.approx(kv_tokens / (1000 + out + half))
