@@ -14,7 +14,8 @@ Pure functions of sizes and parameters (no engine state), used by
   by the server's batch cap and by what the free KV memory holds, each stream holding
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
 * :func:`chunk_count` - chunked prefill: the decode steps a prompt rides;
-* :func:`interference` - the other streams' prefills sharing the decode steps.
+* :func:`prompt_chunk` - the other streams' prompt tokens a decode step carries
+  (what they cost it: :func:`simengine.perf._carried`).
 """
 
 from __future__ import annotations
@@ -202,10 +203,13 @@ def chunk_count(tokens, chunk_tokens: float | None):
     return max(1, math.ceil(tokens / chunk_tokens))
 
 
-def interference(batch: float | None, mean_prefill: float, mean_output: float) -> float:
-    """Chunked-prefill interference per generated token (GPUs): the other (B - 1)
-    streams' prefills share the decode steps, each taking its prefill time once per
-    request of ``mean_output`` tokens."""
-    if batch is None or mean_output <= 0:
-        return 0.0
-    return (batch - 1.0) * mean_prefill / mean_output
+def prompt_chunk(prompt_per_step, prompt_tokens: float, chunk_tokens: float | None):
+    """Chunked prefill's chunk: the prompt tokens a decode step that carries prompts takes
+    beside its decode tokens, when ``prompt_per_step`` prompt tokens per step (a number
+    or an array) ride the steps on average. A prompt fills the step's chunk budget
+    (``chunk_tokens``; None: none) or is taken whole, so C = max(P, min(budget, prompt)),
+    at least one token, and P / C of the steps carry a chunk."""
+    floor = max(1.0, min(chunk_tokens or prompt_tokens, prompt_tokens))
+    if isinstance(prompt_per_step, np.ndarray):
+        return np.maximum(prompt_per_step, floor)
+    return max(prompt_per_step, floor)

@@ -31,6 +31,8 @@ over the CS-3 I/O, each carrying k x hidden x activation bytes.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .errors import SimEngineError
@@ -136,6 +138,57 @@ def step_weight_bytes(model, tokens, tensor_parallel: int = 1, expert_parallel: 
     if share == 1.0:
         return model.decode_weight_bytes(tokens)
     return model.decode_weight_bytes(tokens) - (1.0 - share) * model.expert_weight_bytes(tokens)
+
+
+class GemmLine(NamedTuple):
+    """The weight GEMMs of one step as a function of its tokens x, in seconds at a group's
+    rates: max(the weights x tokens touch, read once, their 2 N_active x FLOPs). The read
+    is the weights every step reads (``always``: non-expert and shared-expert weights,
+    plus what an attention split adds) and the routed experts the tokens touch
+    (``experts`` x touched(k/E, x): :func:`touched_fraction`; 0 for a dense model).
+    Built once per served deployment (:func:`gemm_line`); the decode step and the prompt
+    chunks that ride it (simengine.perf) read the same line."""
+
+    always: float  # seconds to read the weights every step reads
+    experts: float  # seconds to read every routed expert (at the group's share)
+    share: float  # k / E
+    per_token: float  # seconds of GEMM FLOPs per token
+
+    def at(self, tokens):
+        """Seconds for ``tokens`` tokens (a number or an array)."""
+        flops = self.per_token * tokens
+        read = self.always
+        if self.experts:
+            read = read + self.experts * touched_fraction(self.share, tokens)
+        if isinstance(flops, float):  # a number (the router's path): no numpy
+            return read if read >= flops else flops
+        return np.maximum(read, flops)
+
+
+def gemm_line(
+    model,
+    tensor_parallel: int,
+    expert_parallel: int,
+    extra_weight_bytes: float,
+    mem_rate: float,
+    flop_rate: float,
+) -> GemmLine:
+    """A step's weight GEMMs on a group reading at ``mem_rate`` bytes/s and multiplying at
+    ``flop_rate`` FLOP/s (:class:`GemmLine`; the bytes are :func:`step_weight_bytes`')."""
+    experts = 0.0
+    share = 0.0
+    if model.is_moe:
+        routed, k = model.expert_layout
+        share = k / routed
+        full = model.expert_params * model.expert_bytes_per_param
+        experts = full * expert_share(model, tensor_parallel, expert_parallel) / mem_rate
+    active = step_active_params(model, tensor_parallel, expert_parallel)
+    return GemmLine(
+        (model.always_read_bytes + extra_weight_bytes) / mem_rate,
+        experts,
+        share,
+        2 * active / flop_rate,
+    )
 
 
 def step_active_params(model, tensor_parallel: int = 1, expert_parallel: int = 1) -> float:

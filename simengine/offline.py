@@ -184,6 +184,7 @@ def simulate(
     *,
     step_many: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     host_many: Callable[[np.ndarray], np.ndarray] | None = None,
+    carry_many: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> OfflineRun:
     """Serve ``outputs`` (one length per request, in admission order) with ``slots``
     streams at most: ``step(batch, context)`` is the time of one decode step at that
@@ -191,6 +192,10 @@ def simulate(
     the same for arrays of them, in one call); each admission adds ``prefill_busy`` (the
     GPU time its prompt's chunked prefill takes from the decode steps; 0 when prompts are
     prefilled elsewhere or on wafers), before the next request finishes or the next step.
+    ``carry_many``, if given, replaces that flat cost: (batch, prompts, steps) of each
+    interval -> the time the prompts it carries add to its steps (the engine's chunked
+    prefill rides the decode steps, so what a prompt costs depends on the batch beside
+    it and how many share the steps).
     ``host_many``, if given, is the host's work per step for arrays of batches
     (simengine.host): the host loop runs beside the GPU, so an interval of d steps at
     batch b takes max(its decode steps + the prefills they carry, d x host(b)).
@@ -202,11 +207,18 @@ def simulate(
     else:
         pairs = zip(sch.active.tolist(), sch.context.tolist(), strict=True)
         st = np.array([step(a, c) for a, c in pairs])
-    busy = float(prefill_busy)
     span = sch.dk * st  # each interval's decode time
-    # The prefills each interval carries: the initial admissions' in the first, then
-    # those of the admissions made at the event before it.
-    carried = busy * np.concatenate(([float(sch.initial)], sch.admits[:-1]))
+    # The prompts each interval carries: the initial admissions' in the first, then
+    # those of the admissions made at the event before it; and what each costs.
+    prompts = np.concatenate(([float(sch.initial)], sch.admits[:-1]))
+    if carry_many is None:
+        carried = float(prefill_busy) * prompts
+        each = np.full(len(prompts), float(prefill_busy))
+    else:
+        carried = np.asarray(carry_many(sch.active, prompts, sch.dk), dtype=np.float64)
+        each = np.divide(carried, prompts, out=np.zeros_like(carried), where=prompts > 0)
+    # A prompt admitted at event i rides interval i + 1 (none after the last event).
+    busy = np.append(each[1:], 0.0)
     if host_many is not None:
         # Steps the host binds take its time, prefills riding in them included.
         host = sch.dk * np.asarray(host_many(sch.active), dtype=np.float64)
@@ -217,18 +229,20 @@ def simulate(
     # between them: the j-th to finish waits for min(j, admitted) prefills.
     first = np.repeat(np.cumsum(sch.pops) - sch.pops, sch.pops)
     j = np.arange(int(sch.pops.sum())) - first
-    finished = np.repeat(ends, sch.pops) + busy * np.minimum(j, np.repeat(sch.admits, sch.pops))
-    seconds = float(ends[-1] + busy * sch.admits[-1])
+    finished = np.repeat(ends, sch.pops) + np.repeat(busy, sch.pops) * np.minimum(
+        j, np.repeat(sch.admits, sch.pops)
+    )
+    seconds = float(ends[-1] + busy[-1] * sch.admits[-1])
     # Admission times: the initial ones, then ends + busy x (1..admitted) at each event.
-    initial_wait = busy * sch.initial * (sch.initial + 1) / 2.0
+    initial_wait = each[0] * sch.initial * (sch.initial + 1) / 2.0
     waited = initial_wait + float(
         np.sum(sch.admits * ends + busy * sch.admits * (sch.admits + 1) / 2.0)
     )
     admitting = np.nonzero(sch.admits)[0]
     last_admission = (
-        float(ends[admitting[-1]] + busy * sch.admits[admitting[-1]])
+        float(ends[admitting[-1]] + busy[admitting[-1]] * sch.admits[admitting[-1]])
         if len(admitting)
-        else busy * sch.initial
+        else each[0] * sch.initial
     )
     tokens = float(np.sum(sch.dk * sch.active))
     steps = float(np.sum(sch.dk))

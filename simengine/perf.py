@@ -10,10 +10,12 @@ binds) plus all-reduce collectives and a fixed per-step overhead. Serving is con
 batching: the decode batch is the number of streams in flight on the replica (the
 load times the tier's batch cap; the cap alone when no load is given; the cap limited
 by what the paged KV cache holds), co-batched streams hold the workload's own context
-(pipeline stages decode micro-batches of it), and every other stream's prefill stalls the
-decode steps it shares (chunked-prefill interference), so per-stream speed falls and
-replica throughput rises as concurrency grows. MoE: distinct experts touched by the
-batch (:mod:`simengine.moe`; expert parallelism adds its all-to-all). Wafers are
+(pipeline stages decode micro-batches of it), and every other stream's prompt rides the
+decode steps in chunks (chunked-prefill interference: a chunk's GEMMs share the step's
+weight read, so a memory-bound step hides them and only the rest lengthens it,
+``_carried``), so per-stream speed falls and replica throughput rises as concurrency
+grows. MoE: distinct experts touched by the batch (:mod:`simengine.moe`; expert
+parallelism adds its all-to-all). Wafers are
 latency-bound, not bandwidth-bound: per-token time is sum over layers (t_layer + active
 bytes on the wafer / (SRAM BW eta_sram)) + (P - 1) t_hop (+ two expert hops per MoE
 layer when an MoE spans wafers) + t_fixed; t_layer is calibrated per software version,
@@ -47,12 +49,13 @@ from . import kv, offline
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .host import host_param, host_step_seconds
-from .kv import batch_at, chunk_count, interference
+from .kv import batch_at, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
+    GemmLine,
     compute_peak,
+    gemm_line,
     moe_collectives_seconds,
-    step_active_params,
     step_weight_bytes,
     wafer_expert_hops,
 )
@@ -334,6 +337,7 @@ class _Knobs:
     wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
     wafer_draft: float = 0.0  # wafers: one drafter pass
     host_per_stream: float = 0.0  # GPUs: the host's seconds per stream in the batch, per step
+    gemm: GemmLine | None = None  # GPUs: the replica's weight GEMMs by tokens in a step
 
 
 def decode_step_seconds(
@@ -497,6 +501,7 @@ def _decode_step_line(
     expert_parallel: int = 1,
     split: AttentionSplit | None = None,
     eta_attention: float | None = None,
+    gemm: GemmLine | None = None,
 ) -> _StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -508,7 +513,8 @@ def _decode_step_line(
     # Rates are the whole group's (TP GPUs; under attention data parallelism the same
     # GPUs each attend for their own streams, simengine.parallel.attention_dp_*).
     # ``split``: how attention sits on the group (a served deployment's, resolved once
-    # by _serve); None: split by head over the TP group.
+    # by _serve); None: split by head over the TP group. ``gemm``: the weight GEMMs' line
+    # at these rates (a served deployment's, built once by _knobs); None: built here.
     others_in_kv = (batch - 1) * other_context_tokens
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
@@ -521,12 +527,13 @@ def _decode_step_line(
     act = tokens * model.hidden_size * activation_bytes
     if split is None:
         split = attention_split(model, tp, False)
-    weights = step_weight_bytes(model, tokens, tp, ep) + split.extra_weight_bytes
     t_comm = moe_collectives_seconds(
         model, hw, tokens, split.allreduce_group, ep, allreduce_base, activation_bytes
     )
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
-    t_gemm = max(weights / mem_rate, 2 * step_active_params(model, tp, ep) * tokens / flop_rate)
+    if gemm is None:
+        gemm = gemm_line(model, tp, ep, split.extra_weight_bytes, mem_rate, flop_rate)
+    t_gemm = gemm.at(tokens)
     return _StepLine(
         mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,
         mem1=split.kv_copies * model.kv_bytes_per_token / mem_rate,
@@ -611,8 +618,18 @@ def _knobs(s: _Served) -> _Knobs:
     spec = _speculation(s)
     if gpu:
         eta_flop = s.p("eta_flop")
+        eta_mem = s.p("eta_mem")
+        tp = s.place.tensor_parallel or 1
+        gemm = gemm_line(
+            s.model,
+            tp,
+            s.deployment.expert_parallel,
+            s.attention.extra_weight_bytes,
+            tp * s.hw.memory_bandwidth * eta_mem,
+            tp * compute_peak(s.model, s.hw) * eta_flop,
+        )
         return _Knobs(
-            eta_mem=s.p("eta_mem"),
+            eta_mem=eta_mem,
             eta_flop=eta_flop,
             eta_attention=_decode_attention_efficiency(s, eta_flop),
             allreduce_base=get("gpu:allreduce_base"),
@@ -624,6 +641,7 @@ def _knobs(s: _Served) -> _Knobs:
             wafer_pass=0.0,
             wafer_fixed=0.0,
             host_per_stream=_host_per_stream(s),
+            gemm=gemm,
         )
     verify_extra, draft = _wafer_speculative(s, spec)
     return _Knobs(
@@ -704,6 +722,7 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
         expert_parallel=s.deployment.expert_parallel,
         split=s.attention,
         eta_attention=k.eta_attention,
+        gemm=k.gemm,
     )
     fixed = line.fixed + k.step_overhead
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
@@ -759,20 +778,29 @@ def _token_seconds(s: _Served, context):
 def _prefill_seconds(s: _Served, new, cached):
     """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones (numbers, or
     arrays of them: one prefill per element)."""
+    return _prefill_parts(s, new, cached)[0]
+
+
+def _prefill_parts(s: _Served, new, cached):
+    """(the prefill of ``new`` tokens after ``cached`` on its own, the part of it a decode
+    step cannot absorb when the prompt rides one: its attention and collectives; GPUs)
+    - numbers, or arrays of them. The rest of a prompt's time is its weight GEMMs, which
+    chunked prefill runs inside the decode steps' (:func:`_carried`)."""
     m, k = s.model, s.knobs
     # Causal attention over the cached prefix and the new tokens themselves.
     # The weight GEMMs at the weights' tensor-core rate, attention (2 L w (n^2 + 2 n c)
     # over the attention width w) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
     gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
-    attention = 2 * m.layers * m.attention_width * (new * new + 2 * new * cached)
-    flop_seconds = gemm + attention / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    width = 2 * m.layers * m.attention_width
+    attention = width * (new * new + 2 * new * cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
         share = max(s.place.layers_per_stage) / m.layers
-        return flop_seconds * share / k.eta_flop + k.wafer_pass
+        alone = (gemm + attention) * share / k.eta_flop + k.wafer_pass
+        return alone, alone
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
-    t_flop = flop_seconds / (tp * k.eta_flop)
+    t_flop = (gemm + attention) / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
     split = s.attention
@@ -784,9 +812,47 @@ def _prefill_seconds(s: _Served, new, cached):
         m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes
     )
     t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
+    side = attention / (tp * k.eta_flop) + t_comm
     if isinstance(new, np.ndarray):
-        return np.maximum(t_flop, t_mem) + t_comm
-    return max(t_flop, t_mem) + t_comm
+        return np.maximum(t_flop, t_mem) + t_comm, side
+    return max(t_flop, t_mem) + t_comm, side
+
+
+def _carried(s: _Served, batch, rate, tokens, side):
+    """Seconds the other streams' prompts add to a stream's token (GPUs): ``rate``
+    prompts of ``tokens`` tokens start per generated token of a stream, each costing
+    ``side`` beyond its weight GEMMs (:func:`_prefill_parts`). Numbers or arrays.
+
+    Chunked prefill piggybacks the prompts on the decode steps (Sarathi-Serve, Agrawal
+    et al., OSDI 2024: "decode-maximal batching"; vLLM, TensorRT-LLM and SGLang schedule
+    a step's prompt chunk with its decode tokens): the step's weight GEMMs take the
+    chunk's tokens with the batch's, reading the weights once, so a memory-bound decode
+    step (weights streamed while the tensor cores wait) does a chunk's GEMM FLOPs in the
+    time it spends reading anyway; only what exceeds that, and the chunk's attention and
+    collectives, lengthen it. A step carrying C prompt tokens beside b decode tokens
+    costs gemm(b + C) - gemm(b) more (the deployment's :class:`simengine.moe.GemmLine`,
+    the decode step's: an MoE's chunk also reads the experts the batch had not
+    touched). The P prompt tokens per step ride in chunks of C tokens on P / C of the
+    steps (:func:`simengine.kv.prompt_chunk`). When the decode step is compute-bound
+    this is the prompts' whole prefill, as before. A pipeline's stages each carry their
+    share (prompt tokens and attention / stages, on a micro-batch's step); a speculative
+    step yields E tokens per stream, so it carries E times the prompts per token.
+    """
+    k = s.knobs
+    spec = k.speculation
+    per_step = spec.tokens_per_step if spec is not None else 1.0
+    per_stream = spec.draft_tokens + 1 if spec is not None else 1
+    stages = s.place.pipeline_stages
+    if stages > 1:  # a micro-batch's step (parallel.pipeline_microbatch, for arrays too)
+        if isinstance(batch, np.ndarray):
+            batch = batch / np.minimum(batch, float(stages))
+        else:
+            batch = pipeline_microbatch(batch, stages)
+    prompt = rate * tokens * per_step / stages  # prompt tokens per step
+    chunk = kv.prompt_chunk(prompt, tokens, k.chunk_tokens)
+    base = batch * per_stream
+    grow = k.gemm.at(base + chunk) - k.gemm.at(base)
+    return (prompt / chunk) * grow / per_step + rate * side / stages
 
 
 def _serve(
@@ -833,12 +899,12 @@ def _serve(
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
     served = dataclasses.replace(
         served,
-        knobs=_knobs(served),
         transport_costs=tuple(served._transport_from_params(n) for n in _TRANSPORT_NAMES),
         attention=attention_split(
             model, place.tensor_parallel or 1, deployment.attention_data_parallel
         ),
     )
+    served = dataclasses.replace(served, knobs=_knobs(served))
     b, cap = _batch_at(served, batch, context if admit_context is None else admit_context)
     return dataclasses.replace(
         served, batch=b, batch_cap=cap, token_line=_token_line(served, b, context)
@@ -901,15 +967,18 @@ def _with_prefills(line: _StepLine, extra: float) -> _StepLine:
 
 
 def _interference(
-    s: _Served, batch: float | None, mean_prefill: float, mean_output: float
+    s: _Served, batch: float | None, side: float, prompt_tokens: float, mean_output: float
 ) -> float:
-    # Chunked-prefill interference (simengine.kv.interference); none on wafers. A
-    # pipeline's stages prefill their own layers while the others work on other chunks
-    # or micro-batches, so a prompt holds each stage for its prefill / stages (its TTFT
-    # still crosses every stage: _prefill_seconds is the whole chain).
-    if s.hw.kind != "gpu":
+    # Chunked-prefill interference per generated token (none on wafers, or without a
+    # batch): the other B - 1 streams each start a prompt of ``prompt_tokens`` tokens
+    # (``side``: its attention and collectives, _prefill_parts) every ``mean_output``
+    # tokens, and their chunks ride the decode steps (_carried). A pipeline's stages
+    # prefill their own layers while the others work on other chunks or micro-batches,
+    # so a prompt holds each stage for its share (its TTFT still crosses every stage:
+    # _prefill_seconds is the whole chain).
+    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
         return 0.0
-    return interference(batch, mean_prefill / s.place.pipeline_stages, mean_output)
+    return _carried(s, batch, (batch - 1.0) / mean_output, prompt_tokens, side)
 
 
 @dataclass(frozen=True, slots=True)
@@ -932,6 +1001,7 @@ class _Turns:
     chunk_steps: _Points
     first_ctx: float  # ctx[0] and chunks[0] as Python floats (the hot path reads them)
     first_chunks: float
+    mean_new: float  # mean prompt tokens a turn prefills (chunked-prefill interference)
 
 
 def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
@@ -964,6 +1034,7 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         _Points.of(ctx, chunks - 1.0),
         float(ctx[0]),
         float(chunks[0]),
+        float(new.sum()) / task.turns,
     )
 
 
@@ -992,7 +1063,7 @@ class _ServiceProfile:
 #   entries (~2 kB each);
 # - a task's turn table per (task, GPU chunk size or none): <= 4,096 entries (~3 kB for
 #   8 turns, ~50 kB for 200);
-# - a task's prefill totals per (model, pool, task): 2 floats, <= 262,144 entries
+# - a task's prefill totals per (model, pool, task): 3 floats, <= 262,144 entries
 #   (~0.3 kB each with the key: <= ~80 MB at the bound).
 # The decode batch (from the load) is no part of any key: the per-token line at a batch
 # is a handful of operations and its sum over a task's turns is O(log turns)
@@ -1007,10 +1078,11 @@ def _default_turns(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
     return _turn_table(task, chunk_tokens)
 
 
-def _prefill_totals(s: _Served, turns: _Turns) -> tuple[float, float]:
-    # (sum over turns, first turn) of the prefill time: what the decode batch leaves alone.
-    prefill = _prefill_seconds(s, turns.new, turns.cached)
-    return float(prefill.sum()), float(prefill[0])
+def _prefill_totals(s: _Served, turns: _Turns) -> tuple[float, float, float]:
+    # (sum over turns, first turn) of the prefill time, and the sum of the part a decode
+    # step cannot absorb when the prompt rides one (_prefill_parts).
+    prefill, side = _prefill_parts(s, turns.new, turns.cached)
+    return float(prefill.sum()), float(prefill[0]), float(side.sum())
 
 
 @functools.lru_cache(maxsize=262_144)
@@ -1022,7 +1094,7 @@ def _default_prefill(
     software: str | None,
     task: TaskProfile,
     pipeline_parallel: int | None = None,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     # Prefill does not depend on the tier, transport or speculative decoding: the
     # tiers of a pool share these.
     pool = Deployment(
@@ -1104,16 +1176,16 @@ def _service_profile(
     if default:
         d = s.deployment
         turns = _default_turns(task, s.knobs.chunk_tokens)
-        pre_sum, pre_first = _default_prefill(
+        pre_sum, pre_first, side_sum = _default_prefill(
             s.model, d.device, d.nodes, d.nodes_per_replica, d.software, task, d.pipeline_parallel
         )
     else:
         turns = _turn_table(task, s.knobs.chunk_tokens)
-        pre_sum, pre_first = _prefill_totals(s, turns)
+        pre_sum, pre_first, side_sum = _prefill_totals(s, turns)
     round_trip, overhead, per_token = s.transport_costs
     n = task.turns
     agent_term = s.params.get("agent:turn_overhead") if n > 1 else 0.0
-    extra = _interference(s, b, pre_sum / n, task.output_tokens / n)
+    extra = _interference(s, b, side_sum / n, turns.mean_new, task.output_tokens / n)
     line = _with_prefills(line, extra)
     producing = (
         line.weighted_sum(turns.tokens)
@@ -1578,7 +1650,7 @@ def serving_point(
     gpu = s.hw.kind == "gpu"
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
-    prefill = _prefill_seconds(s, input_tokens, 0)
+    prefill, side = _prefill_parts(s, input_tokens, 0)
     chunks = _chunks(s, input_tokens)
     if disaggregated_prefill:
         if not gpu:
@@ -1597,7 +1669,9 @@ def serving_point(
         # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
         line = _token_line(s, batch, context) if gpu else s.token_line
         decoding_with_prefills = gpu and not disaggregated_prefill
-        extra = _interference(s, batch if decoding_with_prefills else None, prefill, output_tokens)
+        extra = _interference(
+            s, batch if decoding_with_prefills else None, side, input_tokens, output_tokens
+        )
         step = _with_prefills(line, extra).at(context)
         tpot = step + per_token + extra
         ttft = prefill + chunks * step + ttft_extra
@@ -1609,7 +1683,7 @@ def serving_point(
         run = _offline_run(
             s, offline_requests, input_tokens, output_tokens, output_tokens_cv,
             max_output_tokens, int(min(float(concurrency), slots)), per_token,
-            0.0 if disaggregated_prefill else prefill,
+            0.0 if disaggregated_prefill else prefill, side,
         )  # fmt: skip
         streams, tpot, queue = run.mean_batch, run.step_seconds, run.mean_wait
         ttft = prefill + chunks * tpot + ttft_extra
@@ -1669,6 +1743,7 @@ def _offline_run(
     slots: int,
     per_token: float,
     prefill: float,
+    side: float = 0.0,
 ) -> offline.OfflineRun:
     # A finite run on one replica (simengine.offline): the step at each batch and mean
     # context is the served deployment's, the same line the steady state reads.
@@ -1711,12 +1786,21 @@ def _offline_run(
         return coefficients(batch)[:, 2]
 
     outputs = offline.output_lengths(output_tokens, output_cv, requests, max_output)
-    # Chunked prefill holds the GPU for the prompt's prefill (a pipeline stage for its
-    # share: _interference); wafers and disaggregated prefill take none from the steps.
+    # Chunked prefill: the prompts admitted at an event ride the next interval's decode
+    # steps (_carried: what the steps cannot absorb of them; a pipeline stage carries its
+    # share); wafers and disaggregated prefill (``prefill`` 0) take none from the steps.
+    carry = None
+    if gpu and prefill > 0:
+        prompt = float(input_tokens)
+
+        def carry(active: np.ndarray, prompts: np.ndarray, steps: np.ndarray) -> np.ndarray:
+            return steps * _carried(s, active, prompts / steps, prompt, side)
+
     busy = prefill / s.place.pipeline_stages if gpu else 0.0
     return offline.simulate(step, outputs, input_tokens, max(1, slots), busy,
                             step_many=step_many if affine else None,
-                            host_many=host_many if gpu and s.knobs.host_per_stream else None)  # fmt: skip
+                            host_many=host_many if gpu and s.knobs.host_per_stream else None,
+                            carry_many=carry)  # fmt: skip
 
 
 def _open_loop(

@@ -125,3 +125,115 @@ def test_wafer_default_example(readme):
             "head_dim": 128, "params_b": 32.8}  # fmt: skip
     r = predict_spec({"model": qwen, "hardware": "cs-3"})
     assert f"(the draft-model method), {_n(r['tokens_per_second'])} tok/s at the" in readme
+
+
+# The examples below were added in issue 28's tenth round, when five more had drifted.
+DEEPSEEK_V3 = {
+    "name": "deepseek-v3", "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128,
+    "head_dim": 128, "params_b": 671, "active_params_b": 37, "experts": 256,
+    "experts_per_token": 8, "shared_experts": 1, "dtype": "fp8", "kv_dtype": "bf16",
+    "kv_bytes_per_token": 70272,
+}  # fmt: skip
+GPT_OSS = {
+    "name": "gpt-oss-120b", "layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,
+    "head_dim": 64, "params_b": 117, "active_params_b": 5.1, "experts": 128,
+    "experts_per_token": 4, "attention_dtype": "bf16", "expert_dtype": "mxfp4",
+    "kv_dtype": "fp8",
+}  # fmt: skip
+
+
+def test_host_example(readme):
+    from simengine.host import host_param
+    from simengine.params import DEFAULT_PARAMS
+
+    from .test_simengine_host import SMALL_MOE
+
+    no_host = DEFAULT_PARAMS.with_values({host_param("grace"): 0.0, host_param("x86"): 0.0})
+
+    def thr(hardware: str, batch: int, params=DEFAULT_PARAMS) -> str:
+        spec = {"model": SMALL_MOE, "hardware": hardware, "devices": 1, "concurrency": batch,
+                "max_batch_size": batch, "input_tokens": 200, "output_tokens": 200}  # fmt: skip
+        return _n(predict_spec(spec, params)["throughput_tokens_per_second"], 100)
+
+    assert (
+        f"384 streams of 200 in / 200 out, makes {thr('b200', 384)} tok/s on a B200 (GPU-bound) "
+        f"and {thr('gb200-nvl72', 384)} on a GB200," in readme
+    )
+    assert f"({thr('gb200-nvl72', 384, no_host)} without the host term)" in readme
+    assert (
+        f"at 1,024 streams the B200's x86 host binds too ({thr('b200', 1024)} tok/s; "
+        f"{thr('b200', 1024, no_host)} without)" in readme
+    )
+
+
+def test_attention_data_parallel_and_disaggregated_examples(readme):
+    dep = {"model": DEEPSEEK_V3, "hardware": "gb200-nvl72", "devices": 16,
+           "expert_parallel": 16, "attention_data_parallel": True, "concurrency": 4096,
+           "input_tokens": 2000, "output_tokens": 500}  # fmt: skip
+    r = predict_spec(dep)
+    tp = predict_spec({k: v for k, v in dep.items() if k != "attention_data_parallel"})
+    assert (
+        f"-> batch {r['batch']:.0f}, {_n(r['throughput_tokens_per_second'], 100)} tok/s "
+        f"(attention TP holds {tp['batch']:.0f} streams of the 4,096 and gives "
+        f"{_n(tp['throughput_tokens_per_second'], 100)} tok/s)." in readme
+    )
+    d = predict_spec({**dep, "disaggregated_prefill": True})
+    assert (
+        f"-> {_n(d['throughput_tokens_per_second'], 100)} tok/s from the 16 decode GPUs "
+        f"({d['time_per_output_token_seconds'] * 1e3:.1f} ms per output token," in readme
+    )
+
+
+def test_software_era_example(readme):
+    dsr1 = {"name": "deepseek-r1", "layers": 61, "hidden": 7168, "heads": 128,
+            "kv_heads": 128, "head_dim": 128, "params_b": 671.0, "active_params_b": 37.0,
+            "experts": 256, "experts_per_token": 8, "shared_experts": 1,
+            "kv_bytes_per_token": 35136, "dtype": "nvfp4", "kv_dtype": "fp8"}  # fmt: skip
+    base = {"model": dsr1, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
+            "expert_parallel": 8, "attention_data_parallel": True, "concurrency": 4096,
+            "max_batch_size": 512, "input_tokens": 800, "output_tokens": 4000}  # fmt: skip
+    old = predict_spec({**base, "software": "2025-09"})
+    new = predict_spec({**base, "software": "2026-02"})
+    assert (
+        f"-> era {old['software']}, {_n(old['throughput_tokens_per_second'], 100)} tok/s; "
+        f'with `"software": "2026-02"` -> era {new["software"]}, '
+        f"{_n(new['throughput_tokens_per_second'], 100)} tok/s." in readme
+    )
+
+
+def test_piggyback_example(readme):
+    from simengine import perf
+
+    from .test_simengine_piggyback import _served
+
+    spec = {"model": GPT_OSS, "hardware": "b200", "devices": 1, "concurrency": 256,
+            "input_tokens": 1000, "output_tokens": 1000}  # fmt: skip
+    r = predict_spec(spec)
+    b = r["batch"]
+    s = _served(GPT_OSS, "b200", 1, b)
+    prefill, side = perf._prefill_parts(s, 1000, 0)
+    now = perf._interference(s, b, side, 1000, 1000)
+    former = (b - 1) * prefill / 1000  # the whole prefill of every other prompt, per token
+    tpot = r["time_per_output_token_seconds"]
+    before = r["throughput_tokens_per_second"] * tpot / (tpot - now + former)
+    assert (
+        f"256 streams of 1,000 in / 1,000 out: {_n(r['throughput_tokens_per_second'], 10)} "
+        f"tok/s, where the former rule gives {_n(before, 10)} (the other streams' prompts "
+        f"cost each token {now * 1e3:.2f} ms instead of {former * 1e3:.2f} ms)." in readme
+    )
+
+
+def test_moe_and_mixed_precision_examples(readme):
+    r = predict_spec({"model": DEEPSEEK_V3, "hardware": "gb200-nvl72", "devices": 16,
+                      "expert_parallel": 16, "concurrency": 64, "input_tokens": 2000,
+                      "output_tokens": 500})  # fmt: skip
+    assert (
+        f"MoE with expert parallel on GB200 NVL72: {r['tokens_per_second']:.0f} tok/s per "
+        f"stream, {_n(r['throughput_tokens_per_second'], 10)} tok/s for the replica "
+        f"({r['time_per_output_token_seconds'] * 1e3:.1f} ms per output token)." in readme
+    )
+    m = predict_spec({"model": GPT_OSS, "hardware": "b200", "devices": 1, "concurrency": 32})
+    assert (
+        f"on one B200: {m['tokens_per_second']:.0f} tok/s per stream, "
+        f"{_n(m['throughput_tokens_per_second'])} tok/s for the GPU." in readme
+    )

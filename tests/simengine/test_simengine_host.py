@@ -75,10 +75,10 @@ def test_a_grace_host_binds_before_an_x86_host():
     assert DEFAULT_PARAMS.get(host_param("grace")) > 2 * DEFAULT_PARAMS.get(host_param("x86"))
     # B200 and GB200 have the same HBM bandwidth; at a batch where the GB200's Grace host
     # binds, the B200's x86 host does not (its step is the GPU's).
-    b200 = _tokens_per_second(_spec("b200", 1024))
-    assert b200 == pytest.approx(_tokens_per_second(_spec("b200", 1024), NO_HOST), rel=1e-9)
-    gb200 = _tokens_per_second(_spec("gb200-nvl72", 1024))
-    assert gb200 < 0.9 * _tokens_per_second(_spec("gb200-nvl72", 1024), NO_HOST)
+    b200 = _tokens_per_second(_spec("b200", 384))
+    assert b200 == pytest.approx(_tokens_per_second(_spec("b200", 384), NO_HOST), rel=1e-9)
+    gb200 = _tokens_per_second(_spec("gb200-nvl72", 384))
+    assert gb200 < 0.9 * _tokens_per_second(_spec("gb200-nvl72", 384), NO_HOST)
     assert gb200 < b200
 
 

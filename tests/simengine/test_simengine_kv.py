@@ -213,36 +213,6 @@ def test_pipeline_parallel_splits_devices_and_does_not_speed_up_one_stream():
     assert two["time_per_output_token_seconds"] < 1.05 * pp2["time_per_output_token_seconds"]
 
 
-def test_a_pipeline_stage_is_held_by_its_share_of_each_prefill():
-    # Chunked-prefill interference per generated token is (B - 1) x prefill / output on
-    # one GPU group; a pipeline's stages each prefill only their layers, so a prompt
-    # holds each stage for prefill / stages while the other stages decode: the
-    # interference over the pipeline is the whole chain's prefill / stages.
-    from simengine import perf
-
-    base = {"model": LLAMA_70B_BF16, "hardware": "h100", "input_tokens": 2000,
-            "output_tokens": 200, "concurrency": 64}  # fmt: skip
-    seen: list[tuple[float, float]] = []
-    chains: list[float] = []
-    real, real_prefill = perf.interference, perf._prefill_seconds
-
-    def spy(batch, mean_prefill, mean_output):
-        seen.append((mean_prefill, real(batch, mean_prefill, mean_output)))
-        return seen[-1][1]
-
-    def chain(s, new, cached):
-        chains.append(real_prefill(s, new, cached))
-        return chains[-1]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(perf, "interference", spy)
-        mp.setattr(perf, "_prefill_seconds", chain)
-        predict_spec({**base, "tensor_parallel": 2, "pipeline_parallel": 2})
-    per_stage, added = seen[-1]
-    assert per_stage == pytest.approx(chains[-1] / 2)
-    assert added == pytest.approx(63 * per_stage / 200)
-
-
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

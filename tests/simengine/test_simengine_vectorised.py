@@ -1,7 +1,7 @@
 """The service profile vectorised over turns equals a plain per-turn loop (issue 16).
 
 The reference below is the engine's former per-turn loop, written with the scalar forms
-of the same formulas (_prefill_seconds, _token_seconds, _decode_span_seconds, _chunks);
+of the same formulas (_prefill_parts, _token_seconds, _decode_span_seconds, _chunks);
 predict() builds a numpy turn table and sums the per-token time over it in O(log turns)
 per decode batch. Both must agree to ~1e-12 relative on random tasks, models and
 deployments (GPU and wafer, prompt caching on and off, 1..200 turns, loads or none).
@@ -54,13 +54,17 @@ def reference(model, deployment, task, load, params):
         new_input = task.input_tokens if k == 0 else tool[k]
         cached, new = (context, new_input) if task.prompt_caching else (0, context + new_input)
         context += new_input
-        turns.append((new, cached, context, perf._prefill_seconds(s, new, cached)))
+        turns.append((new, cached, context, *perf._prefill_parts(s, new, cached)))
         context += outputs[k]
     extra = perf._interference(
-        s, s.batch, sum(t[3] for t in turns) / task.turns, task.output_tokens / task.turns
+        s,
+        s.batch,
+        sum(t[4] for t in turns) / task.turns,
+        sum(t[0] for t in turns) / task.turns,
+        task.output_tokens / task.turns,
     )
     rows, producing = [], 0.0
-    for k, (new, cached, ctx, prefill) in enumerate(turns):
+    for k, (new, cached, ctx, prefill, _) in enumerate(turns):
         first = perf._token_seconds(s, ctx) + extra
         ttft = overhead + prefill + first + (perf._chunks(s, new) - 1) * s.token_line.at(ctx)
         decode = perf._decode_span_seconds(s, ctx + 1, outputs[k] - 1) + (outputs[k] - 1) * extra
