@@ -22,7 +22,12 @@ from routing.accounts.scopes import MAX_FALLBACKS, check_manage_keys, fallbacks_
 from routing.api.base import ClientAPIView, NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES, domain_problems
 from routing.api.parsers import BoundedJSONParser
-from routing.api.serializers import CreditsField, StrictBooleanField, StrictCharField
+from routing.api.serializers import (
+    CreditsField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+)
 from routing.api.shapes import money
 from routing.core.formats import cut, iso
 from routing.models import ApiKey
@@ -49,16 +54,12 @@ class KeyCreateSerializer(serializers.Serializer):
     )
     read_only = StrictBooleanField(default=False)
     batches = StrictBooleanField(default=True)
-    rpm = serializers.IntegerField(
-        min_value=1, max_value=10_000_000, required=False, allow_null=True
-    )
-    tpm = serializers.IntegerField(
-        min_value=1, max_value=10_000_000_000, required=False, allow_null=True
-    )
+    rpm = StrictIntegerField(min_value=1, max_value=10_000_000, required=False, allow_null=True)
+    tpm = StrictIntegerField(min_value=1, max_value=10_000_000_000, required=False, allow_null=True)
     spend_limit = CreditsField(required=False, allow_null=True)
     spend_period = serializers.ChoiceField(choices=ApiKey.Period.values, default="month")
     alert_thresholds = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=MAX_THRESHOLD),
+        child=StrictIntegerField(min_value=1, max_value=MAX_THRESHOLD),
         max_length=10,
         required=False,
         help_text="Budget alerts: percents of spend_limit told once per spend_period "
@@ -82,7 +83,7 @@ class KeyCreateSerializer(serializers.Serializer):
 
 
 class KeyRotateSerializer(serializers.Serializer):
-    overlap_seconds = serializers.IntegerField(
+    overlap_seconds = StrictIntegerField(
         min_value=0, max_value=MAX_OVERLAP_SECONDS, default=ROTATE_OVERLAP_SECONDS
     )
 

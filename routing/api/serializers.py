@@ -33,6 +33,44 @@ from routing.retirement.policies import package_retirements
 
 # A credit amount a client sends: a JSON number or a decimal string, at most 12 digits
 # before the point and 6 after (DRF reads both; "" or "." is no amount).
+class StrictCharField(serializers.CharField):
+    """A string as sent (a number is refused, not turned into text)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer as sent: a JSON number without a fraction (2000 or 2000.0). A string
+    ("2000") or true/false is refused, not read as a number (DRF would read both): the
+    schema says integer, and OpenAI's API refuses them too."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    """A number as sent (a string such as "3.5", or true/false, is refused)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false as sent (DRF would also read 0, 1, "yes", "on"...)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 @extend_schema_field(
     {
         "anyOf": [
@@ -62,15 +100,15 @@ class RouteRequestSerializer(serializers.Serializer):
     """The router's input; the jobs and batch APIs reuse these fields."""
 
     model = serializers.CharField(max_length=80, help_text="Slug, family alias (`sol`) or `auto`.")
-    input_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
-    output_tokens = serializers.IntegerField(
+    input_tokens = StrictIntegerField(min_value=1, max_value=MAX_TASK_TOKENS)
+    output_tokens = StrictIntegerField(
         min_value=1,
         max_value=MAX_TASK_TOKENS,
         help_text=f"At least `turns`; input_tokens + output_tokens at most {MAX_TASK_TOKENS:,}.",
     )
-    turns = serializers.IntegerField(min_value=1, max_value=MAX_TURNS, default=1)
-    tool_seconds = serializers.FloatField(min_value=0, max_value=MAX_TOOL_SECONDS, default=0.0)
-    deadline_seconds = serializers.FloatField(
+    turns = StrictIntegerField(min_value=1, max_value=MAX_TURNS, default=1)
+    tool_seconds = StrictFloatField(min_value=0, max_value=MAX_TOOL_SECONDS, default=0.0)
+    deadline_seconds = StrictFloatField(
         min_value=MIN_DEADLINE_SECONDS,
         max_value=MAX_DEADLINE_SECONDS,
         help_text="Seconds from now; must be > 0.",
@@ -262,24 +300,6 @@ class QuotaListSerializer(serializers.Serializer):
 )
 class MetadataField(serializers.DictField):
     pass
-
-
-class StrictCharField(serializers.CharField):
-    """A string as sent (a number is refused, not turned into text)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """true or false as sent (DRF would also read 0, 1, "yes", "on"...)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
 
 
 class BoundedMetadataField(MetadataField):

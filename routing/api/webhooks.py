@@ -19,7 +19,7 @@ from routing.api.base import NewestFirstPagination, ascii_id, object_body
 from routing.api.errors import PROBLEM_RESPONSES
 from routing.api.keys import KeyAdminView
 from routing.api.parsers import BoundedJSONParser
-from routing.api.serializers import StrictBooleanField, StrictCharField
+from routing.api.serializers import StrictBooleanField, StrictCharField, StrictIntegerField
 from routing.core.formats import cut, iso
 from routing.models import WebhookDelivery, WebhookEndpoint
 from routing.models.webhooks import EVENT_TYPES, TEST_EVENT
@@ -70,7 +70,7 @@ class EndpointUpdateSerializer(serializers.Serializer):
 
 
 class RotateSecretSerializer(serializers.Serializer):
-    overlap_seconds = serializers.IntegerField(
+    overlap_seconds = StrictIntegerField(
         min_value=0,
         max_value=MAX_OVERLAP_SECONDS,
         required=False,

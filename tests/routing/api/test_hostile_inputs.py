@@ -237,3 +237,31 @@ def test_batch_metadata_never_stores_inf(raising_api, account):
         r = raising_api.post(f"{base}/batches", body, content_type="application/json")
         assert r.status_code == 400, r.content
     assert not Batch.objects.exists()
+
+
+# --- Numbers sent as text (a fuzzer's find: DRF reads "2000" as 2000) ---------------------
+
+
+@pytest.mark.parametrize("path", ["/api/v1/quotes", "/api/v1/jobs"])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("input_tokens", "2000"),
+        ("turns", True),
+        ("tool_seconds", "3.5"),
+        ("deadline_seconds", "600"),
+        ("output_tokens", False),
+    ],
+)
+def test_a_number_sent_as_text_or_a_boolean_is_a_400_naming_the_field(
+    raising_api, path, field, value
+):
+    from routing.models import Job
+
+    body = GDPVAL | {"deadline_seconds": 600}
+    before = Job.objects.count()
+    problem = assert_problem(raising_api.post_json(path, body | {field: value}), 400)
+    assert field in problem["detail"]
+    assert Job.objects.count() == before
+    # The same body with the number as a number is served.
+    assert raising_api.post_json(path, body).status_code in (200, 201, 202)

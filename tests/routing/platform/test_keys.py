@@ -169,3 +169,20 @@ def test_an_expired_key_is_refused(api):
 def test_bad_key_bodies(api, body):
     r = api.post_json("/api/v1/keys", body)
     assert r.status_code == 400, r.content
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("rpm", "2785"), ("rpm", True), ("tpm", "1000"), ("alert_thresholds", ["50"])],
+)
+def test_a_number_sent_as_text_or_a_boolean_is_refused_not_read(api, account, field, value):
+    # The schema says integer (a fuzzer found "rpm": "2785" made a key): as OpenAI's API
+    # does, a string or true/false is a 400 naming the field, and nothing is made.
+    before = account.api_keys.count()
+    body = problem(api.post_json("/api/v1/keys", {field: value}), 400, "invalid-request")
+    assert field in str(body)
+    assert account.api_keys.count() == before
+    made = make_key(api, rpm=2785.0)  # a JSON number without a fraction is an integer
+    assert made["rpm"] == 2785
+    rotate = api.post_json(f"/api/v1/keys/{made['id']}/rotate", {"overlap_seconds": "60"})
+    problem(rotate, 400, "invalid-request")
