@@ -22,7 +22,8 @@ throughput over the whole run is well below the full-batch rate.
   the streams' mean context at the midpoint) follow from the lengths and the slots alone
   (memoised).
 * :func:`simulate` - the run timed: each interval takes its steps x the step time at its
-  batch and context, each admission its prompt's prefill.
+  batch and context, plus what the prompts admitted before it add to its steps (a flat
+  prefill each, or the engine's chunked-prefill cost at the interval's batch).
   It also reports when the requests finish (median, 90th and 99th percentiles from the
   run's start): how long until half, or nearly all, of a batch job is back, and the
   shape a run's log can be checked against (MLPerf's Offline summary prints the same

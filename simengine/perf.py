@@ -1796,8 +1796,7 @@ def _offline_run(
         def carry(active: np.ndarray, prompts: np.ndarray, steps: np.ndarray) -> np.ndarray:
             return steps * _carried(s, active, prompts / steps, prompt, side)
 
-    busy = prefill / s.place.pipeline_stages if gpu else 0.0
-    return offline.simulate(step, outputs, input_tokens, max(1, slots), busy,
+    return offline.simulate(step, outputs, input_tokens, max(1, slots),
                             step_many=step_many if affine else None,
                             host_many=host_many if gpu and s.knobs.host_per_stream else None,
                             carry_many=carry)  # fmt: skip

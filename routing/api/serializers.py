@@ -31,8 +31,6 @@ from routing.models import Batch, File, Notice, QuotaPackage
 from routing.retirement.policies import package_retirements
 
 
-# A credit amount a client sends: a JSON number or a decimal string, at most 12 digits
-# before the point and 6 after (DRF reads both; "" or "." is no amount).
 class StrictCharField(serializers.CharField):
     """A string as sent (a number is refused, not turned into text)."""
 
@@ -71,6 +69,8 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
+# A credit amount a client sends: a JSON number or a decimal string, at most 12 digits
+# before the point and 6 after (DRF reads both; "" or "." is no amount).
 @extend_schema_field(
     {
         "anyOf": [
