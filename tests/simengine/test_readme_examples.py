@@ -202,20 +202,14 @@ def test_software_era_example(readme):
 
 
 def test_piggyback_example(readme):
-    from simengine import perf
-
-    from .test_simengine_piggyback import _served
+    from .test_simengine_piggyback import former_rule
 
     spec = {"model": GPT_OSS, "hardware": "b200", "devices": 1, "concurrency": 256,
             "input_tokens": 1000, "output_tokens": 1000}  # fmt: skip
     r = predict_spec(spec)
-    b = r["batch"]
-    s = _served(GPT_OSS, "b200", 1, b)
-    prefill, side = perf._prefill_parts(s, 1000, 0)
-    now = perf._interference(s, b, side, 1000, 1000)
-    former = (b - 1) * prefill / 1000  # the whole prefill of every other prompt, per token
+    now, former, tpot_before = former_rule(GPT_OSS, "b200", 1, r, 1000, 1000)
     tpot = r["time_per_output_token_seconds"]
-    before = r["throughput_tokens_per_second"] * tpot / (tpot - now + former)
+    before = r["throughput_tokens_per_second"] * tpot / tpot_before
     assert (
         f"256 streams of 1,000 in / 1,000 out: {_n(r['throughput_tokens_per_second'], 10)} "
         f"tok/s, where the former rule gives {_n(before, 10)} (the other streams' prompts "

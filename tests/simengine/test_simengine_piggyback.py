@@ -154,6 +154,18 @@ def test_the_finite_runs_per_interval_carry_equals_a_flat_cost_when_it_is_one():
     assert bare.seconds < hidden.seconds < flat.seconds
 
 
+def former_rule(model: dict, hardware: str, devices: int, got: dict, inp: int, out: int):
+    """(the other prompts' cost per token now, under the former additive rule - their whole
+    prefill, (B - 1) x prefill / output - and the time per output token that rule gives)
+    for a prediction ``got`` of ``devices`` x ``hardware``, from the engine's own parts."""
+    b = got["batch"]
+    s = _served(model, hardware, devices, b)
+    prefill, side = perf._prefill_parts(s, inp, 0)
+    now = perf._interference(s, b, side, inp, out)
+    former = (b - 1) * prefill / out
+    return now, former, got["time_per_output_token_seconds"] - now + former
+
+
 def test_piggybacking_raises_a_memory_bound_replicas_throughput():
     # The same 70B BF16 deployment at 16 streams and 2,000-token prompts: the engine's
     # throughput against the former additive rule (prefill x (B - 1) / output added to
@@ -165,10 +177,7 @@ def test_piggybacking_raises_a_memory_bound_replicas_throughput():
     got = predict_spec(spec)
     b = got["batch"]  # what the KV cache holds beside 141 GB of weights
     assert 1 < b < 16
-    s = _served(LLAMA_70B_BF16, "h100", 2, b)
-    prefill, side = perf._prefill_parts(s, 2000, 0)
-    now = got["time_per_output_token_seconds"]
-    extra = perf._interference(s, b, side, 2000, 200)
-    additive = now - extra + (b - 1) * prefill / 200
-    assert now < additive
+    extra, _, additive = former_rule(LLAMA_70B_BF16, "h100", 2, got, 2000, 200)
+    side = perf._prefill_parts(_served(LLAMA_70B_BF16, "h100", 2, b), 2000, 0)[1]
+    assert got["time_per_output_token_seconds"] < additive
     assert extra >= (b - 1) / 200 * side
