@@ -156,6 +156,7 @@ _NEW_TOP_FIELDS = (
     # Added to the schema (and to some figures, disclosed in their `amended`) after the
     # hold-out was frozen; the old engine could state neither, so they drop like the rest.
     "attention_data_parallel",
+    "attention_dp_balance",
     "disaggregated_prefill",
     "output_tokens_cv",
     "offline_requests",

@@ -14,12 +14,16 @@ prefill formulas in :mod:`simengine.perf`.
   layers decode up to ``stages`` micro-batches at once.
 * Attention data parallelism (GPUs, MoE): the group's GPUs each run attention for their
   own streams instead of splitting every head over the group
-  (:func:`attention_dp_weight_bytes`, :func:`attention_dp_batch_cap`).
+  (:func:`attention_dp_weight_bytes`, :func:`attention_dp_batch_cap`); the ranks meet
+  at every all-to-all, so a step waits for the rank prefilling a prompt
+  (:func:`attention_dp_idle`).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+import numpy as np
 
 from .errors import SimEngineError
 from .hardware import HardwareProfile
@@ -130,3 +134,44 @@ def attention_dp_batch_cap(max_batch_size: float, group: int) -> float:
     one batch per DP rank; SGLang's DP attention runs one scheduler per rank), so the
     replica's cap is ``group`` times it."""
     return max_batch_size * max(1, group)
+
+
+def attention_dp_idle(chunks, ranks: int, balanced: bool = False):
+    """Prompt chunks' worth of rank-local work the step waits for beyond an even share,
+    per step, under attention data parallelism (``chunks``: prompt chunks per step over
+    the replica, a number or an array; ``ranks``: attention-DP ranks).
+
+    The ranks meet at every MoE layer's all-to-all, so a step lasts as long as its
+    busiest rank (TensorRT-LLM, "ADP Balance Strategy", tech blog 10, 2025:
+    iteration time = max over ranks; with round-robin placement, ranks prefilling while
+    others decode left DeepSeek-V3 on 8 GB200 at a 54 % balance ratio and 65 % of the
+    balanced throughput). A prompt chunk's attention and non-expert GEMMs run on the one
+    rank that holds the prompt (its routed experts still spread over the group). With
+    ``n`` chunks per step placed as they come, the busiest rank carries
+    max(min(n, 1), n / ranks) of them: one in a fraction n of the steps while chunks
+    are rarer than steps, then one per step, then an even share once every rank has
+    one. ``balanced`` (TensorRT-LLM's ``attention_dp_config.enable_balance``: ranks
+    wait to prefill together) leaves the even share n / ranks. Returned: ranks x the
+    busiest rank's chunks - n, the chunks of work (at the group's rate) the engine adds
+    to an even spread; 0 for one rank or a balanced server.
+    """
+    if ranks <= 1 or balanced:
+        return 0.0 * chunks
+    if isinstance(chunks, float | int):
+        busiest = max(min(chunks, 1.0), chunks / ranks)
+    else:
+        busiest = np.maximum(np.minimum(chunks, 1.0), chunks / ranks)
+    return ranks * busiest - chunks
+
+
+def attention_dp_in_phase(offline_requests: int | None, output_tokens_cv: float) -> bool:
+    """Whether a run keeps its attention-DP ranks in phase without the server's help: a
+    finite run of identical requests all queued at once (trtllm-bench's synthetic
+    datasets, stdev 0). The server deals them out evenly, every rank starts its share
+    together and, the lengths being equal, finishes it together, so the ranks prefill
+    their next prompts in the same steps (the imbalance the ADP balance blog measures
+    comes from ranks prefilling while others decode, which spread lengths or arrivals
+    bring about). A steady-state closed loop or open loop staggers its requests over
+    the steps (the engine's chunked-prefill rule, simengine.perf._carried), and so do
+    spread lengths: out of phase."""
+    return offline_requests is not None and not output_tokens_cv

@@ -62,6 +62,8 @@ from .moe import (
 from .parallel import (
     AttentionSplit,
     attention_dp_batch_cap,
+    attention_dp_idle,
+    attention_dp_in_phase,
     attention_split,
     pipeline_hops_seconds,
     pipeline_microbatch,
@@ -116,7 +118,10 @@ class Deployment(HashOnce):
     layers, tensor parallel within each (devices = TP x PP); None: placement's layout
     (pipeline stages only beyond one NVLink domain). ``attention_data_parallel``: the
     replica's GPUs each run attention for their own streams, experts split over them
-    (:func:`simengine.parallel.attention_dp_weight_bytes`).
+    (:func:`simengine.parallel.attention_dp_weight_bytes`); ``attention_dp_balance``:
+    the server makes its attention-DP ranks prefill together (TensorRT-LLM's
+    ``attention_dp_config.enable_balance``) instead of placing prompts as they come
+    (:func:`simengine.parallel.attention_dp_idle`).
     """
 
     device: str
@@ -129,13 +134,15 @@ class Deployment(HashOnce):
     expert_parallel: int = 1
     pipeline_parallel: int | None = None
     attention_data_parallel: bool = False
+    attention_dp_balance: bool = False
 
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
-        if not isinstance(self.attention_data_parallel, bool):
-            raise SimEngineError(
-                f"attention_data_parallel must be true or false, got {self.attention_data_parallel!r}"
-            )
+        for name in ("attention_data_parallel", "attention_dp_balance"):
+            if not isinstance(getattr(self, name), bool):
+                raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.attention_dp_balance and not self.attention_data_parallel:
+            raise SimEngineError("attention_dp_balance needs attention_data_parallel")
         if self.attention_data_parallel and hw.kind != "gpu":
             raise SimEngineError(f"attention_data_parallel applies to GPUs only, not {hw.key}")
         if self.pipeline_parallel is not None:
@@ -836,7 +843,10 @@ def _carried(s: _Served, batch, rate, tokens, side):
     steps (:func:`simengine.kv.prompt_chunk`). When the decode step is compute-bound
     this is the prompts' whole prefill, as before. A pipeline's stages each carry their
     share (prompt tokens and attention / stages, on a micro-batch's step); a speculative
-    step yields E tokens per stream, so it carries E times the prompts per token.
+    step yields E tokens per stream, so it carries E times the prompts per token. Under
+    attention data parallelism without the server's balancing, the other ranks also wait
+    for the rank holding a prompt (its attention and non-expert GEMMs on one GPU:
+    :func:`_rank_local_seconds`, :func:`simengine.parallel.attention_dp_idle`).
     """
     k = s.knobs
     spec = k.speculation
@@ -852,7 +862,29 @@ def _carried(s: _Served, batch, rate, tokens, side):
     chunk = kv.prompt_chunk(prompt, tokens, k.chunk_tokens)
     base = batch * per_stream
     grow = k.gemm.at(base + chunk) - k.gemm.at(base)
-    return (prompt / chunk) * grow / per_step + rate * side / stages
+    carried = (prompt / chunk) * grow / per_step + rate * side / stages
+    d = s.deployment
+    if d.attention_data_parallel and not d.attention_dp_balance:
+        # Attention DP: a prompt's rank-local work holds the other ranks at the next
+        # all-to-all (parallel.attention_dp_idle). The unit a rank takes is one prompt,
+        # or its piece when chunking splits it; a step's chunk can hold several prompts.
+        unit = np.minimum(chunk, tokens) if isinstance(chunk, np.ndarray) else min(chunk, tokens)
+        idle = attention_dp_idle(prompt / unit, s.place.tensor_parallel or 1)
+        carried = carried + idle * _rank_local_seconds(s, unit) / per_step
+    return carried
+
+
+def _rank_local_seconds(s: _Served, tokens):
+    """Seconds, at the replica's rate, of the work a prompt chunk of ``tokens`` tokens
+    does on its own attention-DP rank: its non-expert GEMMs (attention projections,
+    dense and shared-expert layers, at their weights' tensor-core rate) and its causal
+    attention over itself (the 16-bit rate); compute-bound, as a prompt's GEMMs are."""
+    m, k = s.model, s.knobs
+    non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
+    gemm = 2 * non_expert * tokens / s.hw.peak_flops(m.attention_bytes_per_param)
+    width = 2 * m.layers * m.attention_width
+    attention = width * tokens * tokens / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)
 
 
 def _serve(
@@ -1609,6 +1641,11 @@ def serving_point(
         concurrency = (
             offline_requests if concurrency is None else min(concurrency, offline_requests)
         )
+        if deployment.attention_data_parallel and attention_dp_in_phase(
+            offline_requests, output_tokens_cv
+        ):
+            # Identical requests keep the ranks in phase: as a balancing server does.
+            deployment = dataclasses.replace(deployment, attention_dp_balance=True)
     if rate_per_second is None:
         concurrency = _positive_int(1 if concurrency is None else concurrency, "concurrency", 1)
     else:

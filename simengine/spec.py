@@ -109,6 +109,10 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # GPUs, MoE: each GPU of the replica attends for its own streams ("DEP"); needs
     # expert_parallel = tensor_parallel = devices. max_batch_size then holds per GPU.
     "attention_data_parallel": False,
+    # GPUs, with attention_data_parallel: the server makes its ranks prefill together
+    # (TensorRT-LLM attention_dp_config.enable_balance); default: prompts placed as they
+    # come, and a rank prefilling holds the others (parallel.attention_dp_idle).
+    "attention_dp_balance": False,
     # GPUs: prompts prefilled on other GPUs (prefill-decode disaggregation); the replica
     # only decodes.
     "disaggregated_prefill": False,
@@ -359,7 +363,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         if s[key] is not None and hw.kind == "wafer":
             raise _err(f"{key} applies to GPUs only; cs-3 is served by its own stack")
     adp, disagg = s["attention_data_parallel"], s["disaggregated_prefill"]
-    for key, flag in (("attention_data_parallel", adp), ("disaggregated_prefill", disagg)):
+    balance = s["attention_dp_balance"]
+    for key, flag in (
+        ("attention_data_parallel", adp),
+        ("disaggregated_prefill", disagg),
+        ("attention_dp_balance", balance),
+    ):
         if not isinstance(flag, bool):
             raise _err(f"{key} must be true or false, got {flag!r}")
         if flag and hw.kind == "wafer":
@@ -383,6 +392,8 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             f"devices = tensor_parallel (got expert_parallel {ep}, devices {npr}, "
             f"pipeline_parallel {pp or 1})"
         )
+    if balance and not adp:
+        raise _err("attention_dp_balance needs attention_data_parallel = true")
     try:
         deployment = Deployment(
             device,
@@ -394,6 +405,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             expert_parallel=ep,
             pipeline_parallel=pp,
             attention_data_parallel=adp,
+            attention_dp_balance=balance,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None

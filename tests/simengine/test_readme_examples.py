@@ -177,6 +177,11 @@ def test_attention_data_parallel_and_disaggregated_examples(readme):
         f"(attention TP holds {tp['batch']:.0f} streams of the 4,096 and gives "
         f"{_n(tp['throughput_tokens_per_second'], 100)} tok/s)." in readme
     )
+    even = predict_spec({**dep, "attention_dp_balance": True})
+    assert (
+        f'`"attention_dp_balance": true` -> {_n(even["throughput_tokens_per_second"], 100)} '
+        f"tok/s ({_n(r['throughput_tokens_per_second'], 100)} without)." in readme
+    )
     d = predict_spec({**dep, "disaggregated_prefill": True})
     assert (
         f"-> {_n(d['throughput_tokens_per_second'], 100)} tok/s from the 16 decode GPUs "
@@ -190,8 +195,9 @@ def test_software_era_example(readme):
             "experts": 256, "experts_per_token": 8, "shared_experts": 1,
             "kv_bytes_per_token": 35136, "dtype": "nvfp4", "kv_dtype": "fp8"}  # fmt: skip
     base = {"model": dsr1, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
-            "expert_parallel": 8, "attention_data_parallel": True, "concurrency": 4096,
-            "max_batch_size": 512, "input_tokens": 800, "output_tokens": 4000}  # fmt: skip
+            "expert_parallel": 8, "attention_data_parallel": True,
+            "attention_dp_balance": True, "concurrency": 4096, "max_batch_size": 512,
+            "input_tokens": 800, "output_tokens": 4000}  # fmt: skip
     old = predict_spec({**base, "software": "2025-09"})
     new = predict_spec({**base, "software": "2026-02"})
     assert (
