@@ -136,32 +136,33 @@ def attention_dp_batch_cap(max_batch_size: float, group: int) -> float:
     return max_batch_size * max(1, group)
 
 
-def attention_dp_idle(chunks, ranks: int, balanced: bool = False):
-    """Prompt chunks' worth of rank-local work the step waits for beyond an even share,
-    per step, under attention data parallelism (``chunks``: prompt chunks per step over
-    the replica, a number or an array; ``ranks``: attention-DP ranks).
+def attention_dp_idle(units, ranks: int, balanced: bool = False):
+    """Prompts' worth of rank-local work a step waits for beyond an even share, under
+    attention data parallelism (``units``: prompts per step over the replica, or their
+    pieces where chunking splits a prompt; a number or an array; ``ranks``: the
+    attention-DP ranks).
 
     The ranks meet at every MoE layer's all-to-all, so a step lasts as long as its
-    busiest rank (TensorRT-LLM, "ADP Balance Strategy", tech blog 10, 2025:
-    iteration time = max over ranks; with round-robin placement, ranks prefilling while
-    others decode left DeepSeek-V3 on 8 GB200 at a 54 % balance ratio and 65 % of the
-    balanced throughput). A prompt chunk's attention and non-expert GEMMs run on the one
-    rank that holds the prompt (its routed experts still spread over the group). With
-    ``n`` chunks per step placed as they come, the busiest rank carries
-    max(min(n, 1), n / ranks) of them: one in a fraction n of the steps while chunks
-    are rarer than steps, then one per step, then an even share once every rank has
-    one. ``balanced`` (TensorRT-LLM's ``attention_dp_config.enable_balance``: ranks
+    busiest rank (TensorRT-LLM, "ADP Balance Strategy", tech blog 10, 2025: iteration
+    time = max over ranks; with round-robin placement, ranks prefilling while others
+    decode held DeepSeek-V3 on 8 GB200 to a 54 % balance ratio, 65 % of the blog's own
+    perfect-balance estimate and 75 % of its balanced run). A prompt's attention and
+    non-expert GEMMs run on the one rank that holds it (its routed experts still spread
+    over the group). With ``n`` units per step placed as they come, the busiest rank
+    carries max(min(n, 1), n / ranks) of them: one in a fraction n of the steps while
+    they are rarer than steps, then one per step, then an even share once every rank
+    has one. ``balanced`` (TensorRT-LLM's ``attention_dp_config.enable_balance``: ranks
     wait to prefill together) leaves the even share n / ranks. Returned: ranks x the
-    busiest rank's chunks - n, the chunks of work (at the group's rate) the engine adds
-    to an even spread; 0 for one rank or a balanced server.
+    busiest rank's units - n, the units of work (at the group's rate) the step adds to
+    an even spread; 0 for one rank or a balanced server.
     """
     if ranks <= 1 or balanced:
-        return 0.0 * chunks
-    if isinstance(chunks, float | int):
-        busiest = max(min(chunks, 1.0), chunks / ranks)
+        return 0.0 * units
+    if isinstance(units, float | int):
+        busiest = max(min(units, 1.0), units / ranks)
     else:
-        busiest = np.maximum(np.minimum(chunks, 1.0), chunks / ranks)
-    return ranks * busiest - chunks
+        busiest = np.maximum(np.minimum(units, 1.0), units / ranks)
+    return ranks * busiest - units
 
 
 def attention_dp_in_phase(offline_requests: int | None, output_tokens_cv: float) -> bool:
