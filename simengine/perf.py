@@ -864,12 +864,15 @@ def _carried(s: _Served, batch, rate, tokens, side):
     grow = k.gemm.at(base + chunk) - k.gemm.at(base)
     carried = (prompt / chunk) * grow / per_step + rate * side / stages
     d = s.deployment
-    if d.attention_data_parallel and not d.attention_dp_balance:
+    if d.attention_data_parallel:
         # Attention DP: a prompt's rank-local work holds the other ranks at the next
-        # all-to-all (parallel.attention_dp_idle). The unit a rank takes is one prompt,
-        # or its piece when chunking splits it; a step's chunk can hold several prompts.
+        # all-to-all unless the server balances (parallel.attention_dp_idle). The unit a
+        # rank takes is one prompt, or its piece when chunking splits it; a step's chunk
+        # can hold several prompts.
         unit = np.minimum(chunk, tokens) if isinstance(chunk, np.ndarray) else min(chunk, tokens)
-        idle = attention_dp_idle(prompt / unit, s.place.tensor_parallel or 1)
+        idle = attention_dp_idle(
+            prompt / unit, s.place.tensor_parallel or 1, d.attention_dp_balance
+        )
         carried = carried + idle * _rank_local_seconds(s, unit) / per_step
     return carried
 
