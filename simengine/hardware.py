@@ -33,8 +33,8 @@ class HardwareProfile:
     link_bandwidth: float
     scaleout_latency: float
     scaleout_bandwidth: float
-    # Dense 4-bit (FP4) peak; 0 = no 4-bit tensor cores (4-bit weights run at the 8-bit
-    # rate: Hopper, the wafer).
+    # Dense 4-bit (FP4) peak; 0 = no 4-bit tensor cores (Hopper, the wafer: 4-bit weights
+    # are widened to 16 bits before they multiply, :meth:`mma_peak`).
     peak_flops_4bit: float = 0.0
     # Part of memory left for weights + KV once runtime buffers and activations are out.
     usable_memory_fraction: float = 0.9
@@ -57,11 +57,27 @@ class HardwareProfile:
         return self.memory_bytes * self.usable_memory_fraction
 
     def peak_flops(self, bytes_per_param: float) -> float:
-        """Dense peak at the precision of the weights: 4-bit tensor cores when <= 0.5 byte
-        (Blackwell; elsewhere the 8-bit rate), 8-bit when <= 1 byte, else 16-bit."""
+        """Dense peak of tensor cores multiplying operands of ``bytes_per_param``: 4-bit
+        when <= 0.5 byte (Blackwell; elsewhere the 8-bit rate), 8-bit when <= 1 byte,
+        else 16-bit."""
         if bytes_per_param <= 0.5 and self.peak_flops_4bit:
             return self.peak_flops_4bit
         return self.peak_flops_8bit if bytes_per_param <= 1.0 else self.peak_flops_16bit
+
+    def mma_peak(self, weight_bytes: float, activation_bytes: float = 0.0) -> float:
+        """Dense peak of a weight GEMM whose weights hold ``weight_bytes`` per value and
+        whose activations ``activation_bytes`` (0: quantized like the weights).
+
+        A tensor-core instruction takes both operands at one precision, so the GEMM runs
+        at the rate of the wider one: FP4 weights with FP8 activations (W4A8) at the
+        8-bit rate, with BF16 activations (W4A16) at the 16-bit rate. A device without
+        4-bit tensor cores widens 4-bit weights to 16 bits before they multiply (W4A16:
+        TensorRT-LLM runs MXFP4 experts on Hopper with BF16 activations, on Blackwell
+        with MXFP8 ones; examples/models/core/gpt_oss/README.md, "MoE Support Matrix").
+        """
+        if weight_bytes <= 0.5 and not self.peak_flops_4bit:
+            return self.peak_flops_16bit
+        return self.peak_flops(max(weight_bytes, activation_bytes))
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict (JSON-friendly) of the profile."""

@@ -58,7 +58,10 @@ class ModelSpec(HashOnce):
     ``experts_per_token`` only matter for MoE; 0 means "use the DeepSeek-style default".
     ``shared_experts`` are always-active experts (sizes: :mod:`simengine.moe`).
     ``attention_bytes`` / ``expert_bytes`` are the bytes per parameter of the
-    non-expert weights and of the expert weights (0 = ``bytes_per_param``).
+    non-expert weights and of the expert weights (0 = ``bytes_per_param``);
+    ``attention_activation_bytes`` / ``expert_activation_bytes`` the bytes per value of
+    the activations their GEMMs multiply them by (0 = quantized like the weights;
+    :meth:`simengine.hardware.HardwareProfile.mma_peak`).
     """
 
     name: str
@@ -75,6 +78,8 @@ class ModelSpec(HashOnce):
     shared_experts: int = 0
     attention_bytes: float = 0.0
     expert_bytes: float = 0.0
+    attention_activation_bytes: float = 0.0
+    expert_activation_bytes: float = 0.0
     # Ways the KV cache splits over a tensor-parallel group (simengine.kv.
     # tp_kv_replication): the KV heads of grouped-query attention, 1 for a latent cache
     # shared by all heads (MLA); 0 = not stated (splits evenly, no replication).

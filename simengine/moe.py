@@ -110,16 +110,26 @@ def wafer_expert_hops(
     return moe_layers * 2.0 * per_hop
 
 
+def attention_peak(model, hw) -> float:
+    """Dense peak FLOP/s of the non-expert weight GEMMs (attention projections, dense
+    and shared layers): the tensor-core rate of their weights and activations
+    (:meth:`simengine.hardware.HardwareProfile.mma_peak`)."""
+    return hw.mma_peak(model.attention_bytes_per_param, model.attention_activation_bytes)
+
+
 def compute_peak(model, hw) -> float:
     """Dense peak FLOP/s for a token's active parameters at their dtypes: the non-expert
     and expert shares of the active parameters each at the tensor-core rate of their
-    bytes (FP4 experts run at Blackwell's 4-bit rate, BF16 attention at the 16-bit
-    rate), combined as the time they take (a harmonic mean weighted by FLOPs)."""
+    weights and activations (NVFP4 experts run at Blackwell's 4-bit rate, MXFP4 ones
+    with MXFP8 activations at its 8-bit rate, BF16 attention at the 16-bit rate),
+    combined as the time they take (a harmonic mean weighted by FLOPs)."""
     non_expert, expert = model.active_split
-    peak_a = hw.peak_flops(model.attention_bytes_per_param)
-    if not expert or model.expert_bytes_per_param == model.attention_bytes_per_param:
+    peak_a = attention_peak(model, hw)
+    if not expert:
         return peak_a
-    peak_e = hw.peak_flops(model.expert_bytes_per_param)
+    peak_e = hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes)
+    if peak_e == peak_a:
+        return peak_a
     return (non_expert + expert) / (non_expert / peak_a + expert / peak_e)
 
 

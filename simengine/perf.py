@@ -53,6 +53,7 @@ from .kv import batch_at, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
     GemmLine,
+    attention_peak,
     compute_peak,
     gemm_line,
     moe_collectives_seconds,
@@ -880,11 +881,12 @@ def _carried(s: _Served, batch, rate, tokens, side):
 def _rank_local_seconds(s: _Served, tokens):
     """Seconds, at the replica's rate, of the work a prompt chunk of ``tokens`` tokens
     does on its own attention-DP rank: its non-expert GEMMs (attention projections,
-    dense and shared-expert layers, at their weights' tensor-core rate) and its causal
-    attention over itself (the 16-bit rate); compute-bound, as a prompt's GEMMs are."""
+    dense and shared-expert layers, at their tensor-core rate, moe.attention_peak) and
+    its causal attention over itself (the 16-bit rate); compute-bound, as a prompt's
+    GEMMs are."""
     m, k = s.model, s.knobs
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
-    gemm = 2 * non_expert * tokens / s.hw.peak_flops(m.attention_bytes_per_param)
+    gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
     width = 2 * m.layers * m.attention_width
     attention = width * tokens * tokens / s.hw.peak_flops(ATTENTION_MATH_BYTES)
     return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)

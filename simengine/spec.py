@@ -64,12 +64,21 @@ DTYPE_BYTES: dict[str, float] = {
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0,
+    "mxfp8": 1.0,
     "int8": 1.0,
     "fp4": 0.5,
     "mxfp4": 0.5,
     "nvfp4": 0.5,
     "int4": 0.5,
 }
+# The activations a weight format's GEMMs multiply by where the spec does not say
+# (``activation_dtype``), in bytes per value; formats not listed quantize activations like
+# their weights (FP8 and INT8 W8A8, NVFP4 W4A4). MXFP4 checkpoints (gpt-oss) run with
+# MXFP8 activations on Blackwell and BF16 ones on Hopper (TensorRT-LLM,
+# examples/models/core/gpt_oss/README.md, "MoE Support Matrix"; Hopper, without 4-bit
+# tensor cores, widens any 4-bit weight to 16 bits: HardwareProfile.mma_peak); INT4
+# (AWQ, GPTQ) is weight-only quantization (W4A16).
+DEFAULT_ACTIVATION_BYTES: dict[str, float] = {"mxfp4": 1.0, "int4": 2.0}
 # ``hardware`` names accepted in a spec -> engine device keys.
 SPEC_HARDWARE: dict[str, str] = {
     "h100": "h100",
@@ -138,6 +147,9 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "attention_dtype": None,  # non-expert weights (attention, embeddings); default: dtype
     "expert_dtype": None,  # expert weights (MoE); default: dtype
     "kv_dtype": None,  # KV cache; default: dtype, but never below 8 bits (fp4 -> fp8)
+    # Activations the weight GEMMs multiply by (each GEMM runs at the wider of its weights
+    # and these); default: by weight format (DEFAULT_ACTIVATION_BYTES), else like the weights.
+    "activation_dtype": None,
     # Mixture of experts: routed experts (null: dense, or a 256/8 layout when
     # active_params_b < params_b), routed experts per token, always-active shared experts.
     "experts": None,
@@ -206,6 +218,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     attn_b = bpp if m["attention_dtype"] is None else _dtype(m, "attention_dtype", "model.")
     expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
     kv_b = default_kv_value_bytes(bpp) if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
+    act = None if m["activation_dtype"] is None else _dtype(m, "activation_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
     kv_shards, latent = kv_heads, False
@@ -238,12 +251,24 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         shared_experts=shared,
         attention_bytes=attn_b,
         expert_bytes=expert_b,
+        attention_activation_bytes=_activation_bytes(m, "attention_dtype", act),
+        expert_activation_bytes=_activation_bytes(m, "expert_dtype", act),
         kv_shards=kv_shards,
         latent_cache=latent,
         heads=heads,
         head_dim=head_dim,
         kv_value_bytes=kv_b,
     )
+
+
+def _activation_bytes(m: Mapping[str, Any], key: str, stated: float | None) -> float:
+    # Bytes per activation value of the GEMMs of one weight component (``key``: its dtype
+    # field, falling back to ``dtype``): the spec's activation_dtype, else the weight
+    # format's default; 0.0 = quantized like the weights.
+    if stated is not None:
+        return stated
+    name = m["dtype"] if m[key] is None else m[key]
+    return DEFAULT_ACTIVATION_BYTES.get(name, 0.0)
 
 
 def _experts(m: Mapping[str, Any], params: float, active: float) -> tuple[int, int, int]:

@@ -237,3 +237,24 @@ def test_moe_and_mixed_precision_examples(readme):
         f"on one B200: {m['tokens_per_second']:.0f} tok/s per stream, "
         f"{_n(m['throughput_tokens_per_second'])} tok/s for the GPU." in readme
     )
+
+
+def test_activation_dtype_example(readme):
+    runs = [("h200", {}), ("b200", {}), ("b200", {"activation_dtype": "nvfp4"})]
+
+    def run(hardware, extra, concurrency):
+        return predict_spec({"model": {**GPT_OSS, **extra}, "hardware": hardware,
+                             "devices": 1, "concurrency": concurrency,
+                             "input_tokens": 8000, "output_tokens": 500})  # fmt: skip
+
+    one = [run(h, e, 1) for h, e in runs]
+    many = [run(h, e, 256) for h, e in runs]
+    h200, w4a8, w4a4 = (f"{r['ttft_seconds']:.3f}" for r in one)
+    assert (
+        f"TTFT {h200} s on an H200 (its MXFP4 experts multiplied in BF16), {w4a8} s on a B200"
+        f' (W4A8), {w4a4} s there with `"activation_dtype": "nvfp4"` (W4A4);' in readme
+    )
+    tpot = {f"{r['time_per_output_token_seconds'] * 1e3:.1f}" for r in one[1:]}
+    assert len(tpot) == 1 and f"decode {tpot.pop()} ms per token on the B200 either way" in readme
+    thr = ", ".join(_n(r["throughput_tokens_per_second"], 10) for r in many[:2])
+    assert f"{thr} and {_n(many[2]['throughput_tokens_per_second'], 10)} tok/s." in readme
