@@ -417,8 +417,6 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             f"devices = tensor_parallel (got expert_parallel {ep}, devices {npr}, "
             f"pipeline_parallel {pp or 1})"
         )
-    if balance and not adp:
-        raise _err("attention_dp_balance needs attention_data_parallel = true")
     try:
         deployment = Deployment(
             device,
