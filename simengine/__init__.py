@@ -16,12 +16,9 @@ from .hardware import HARDWARE, HardwareProfile
 from .model import REFERENCE_MODELS, ModelSpec, load_catalog_models, model_spec_from_mapping
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import (
-    TIERS,
-    Deployment,
     Prediction,
     TaskProfile,
     TurnBreakdown,
-    decode_step_seconds,
     predict,
     token_speed,
 )
@@ -35,6 +32,7 @@ from .queueing import (
     synthetic_jobs,
     wait_estimate,
 )
+from .served import TIERS, Deployment
 from .spread import (
     PROMISE_QUANTILE,
     RUN_SPREAD,
@@ -42,6 +40,7 @@ from .spread import (
     completion_quantile,
     run_median_seconds,
 )
+from .step import decode_step_seconds
 
 __all__ = [
     "PROMISE_QUANTILE",

@@ -38,7 +38,7 @@ from .params import (
     EngineParams,
     ReadLog,
 )
-from .perf import Deployment, TaskProfile, decode_step_seconds, predict, serving_point, token_speed
+from .perf import TaskProfile, predict, token_speed
 from .placement import placement
 from .report import (
     calibration_table,
@@ -50,7 +50,10 @@ from .report import (
     unfitted_points_table,
 )
 from .results import CalibrationResult, CalibrationRow, ParameterRow
+from .served import Deployment
+from .serving import serving_point
 from .spec import predict_spec
+from .step import decode_step_seconds
 
 FIT_VERSION = "2026.12.1"
 # Context at which headline tokens/s figures are quoted (a short prompt).

@@ -15,7 +15,7 @@ Pure functions of sizes and parameters (no engine state), used by
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
 * :func:`chunk_count` - chunked prefill: the decode steps a prompt rides;
 * :func:`prompt_chunk` - the other streams' prompt tokens a decode step carries
-  (what they cost it: :func:`simengine.perf._carried`).
+  (what they cost it: :func:`simengine.prefill.carried`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 MLPerf's Offline scenario (LoadGen issues one query holding every sample of the run),
 ``trtllm-bench throughput`` and ``vllm bench throughput`` all queue a fixed set of
 requests and report output tokens / the run's length. The closed-loop formula
-(:func:`simengine.perf.serving_point` with ``concurrency``) is the steady state: the
+(:func:`simengine.serving.serving_point` with ``concurrency``) is the steady state: the
 batch stays full forever. A finite run fills its slots, refills each slot as a request
 finishes, and then drains: once the queue is empty the batch shrinks while the longest
 remaining requests finish, one token per step at a small batch. With fixed lengths the
@@ -30,7 +30,7 @@ throughput over the whole run is well below the full-batch rate.
   percentiles of its samples' latencies).
 
 Pure functions of their arguments; the step time comes from the engine
-(:func:`simengine.perf.serving_point` passes it in).
+(:func:`simengine.serving.serving_point` passes it in).
 """
 
 from __future__ import annotations

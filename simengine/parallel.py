@@ -173,6 +173,6 @@ def attention_dp_in_phase(offline_requests: int | None, output_tokens_cv: float)
     their next prompts in the same steps (the imbalance the ADP balance blog measures
     comes from ranks prefilling while others decode, which spread lengths or arrivals
     bring about). A steady-state closed loop or open loop staggers its requests over
-    the steps (the engine's chunked-prefill rule, simengine.perf._carried), and so do
+    the steps (the engine's chunked-prefill rule, simengine.prefill.carried), and so do
     spread lengths: out of phase."""
     return offline_requests is not None and not output_tokens_cv

@@ -1,27 +1,28 @@
-"""Performance model: per-token decode, prefill, TTFT, transport, and agent tasks.
+"""Performance model: a served deployment, per-token decode, TTFT, transport, agent tasks.
 
-By concern: :mod:`simengine.kv` (KV capacity, batch caps, chunked prefill and its
-interference), :mod:`simengine.parallel` (tensor-parallel all-reduces, pipeline and
-wafer hops); this module serves a deployment and predicts (``predict``,
-``serving_point``, the memoised service profiles the router reads).
+By concern: :mod:`simengine.served` (a deployment and a deployment resolved against a
+model and parameters), :mod:`simengine.step` (the GPU decode step as an operator-level
+roofline line in the context), :mod:`simengine.prefill` (prefill, and chunked prefill
+riding the decode steps), :mod:`simengine.wafer` (a token's pass through a wafer
+pipeline), :mod:`simengine.kv` (KV capacity, batch caps, chunks), :mod:`simengine.moe`
+(experts, their weight traffic and all-to-all), :mod:`simengine.parallel`
+(tensor-parallel all-reduces, pipeline and wafer hops, attention data parallelism),
+:mod:`simengine.speculative` (drafting and acceptance), :mod:`simengine.host` (the
+host's work per step), :mod:`simengine.eras` (software eras), :mod:`simengine.serving`
+(``serving_point``: a fleet's closed-loop, open-loop and finite-run figures). This
+module serves a deployment (``_serve``) and predicts (``predict``, ``token_speed``, the
+memoised service profiles the router reads).
 
 GPUs follow the roofline (bytes / (BW eta_mem) vs FLOPs / (F eta_flop), whichever
-binds) plus all-reduce collectives and a fixed per-step overhead. Serving is continuous
-batching: the decode batch is the number of streams in flight on the replica (the
-load times the tier's batch cap; the cap alone when no load is given; the cap limited
-by what the paged KV cache holds), co-batched streams hold the workload's own context
-(pipeline stages decode micro-batches of it), and every other stream's prompt rides the
-decode steps in chunks (chunked-prefill interference: a chunk's GEMMs share the step's
-weight read, so a memory-bound step hides them and only the rest lengthens it,
-``_carried``), so per-stream speed falls and replica throughput rises as concurrency
-grows. MoE: distinct experts touched by the batch (:mod:`simengine.moe`; expert
-parallelism adds its all-to-all). Wafers are
-latency-bound, not bandwidth-bound: per-token time is sum over layers (t_layer + active
-bytes on the wafer / (SRAM BW eta_sram)) + (P - 1) t_hop (+ two expert hops per MoE
-layer when an MoE spans wafers) + t_fixed; t_layer is calibrated per software version,
-t_hop is physical (link latency + activation transfer, about a microsecond).
-Speculative decoding (:mod:`simengine.speculative`): a verify step of k + 1 tokens per
-stream plus the drafter's passes, over the expected tokens per step.
+binds, per kernel family) plus all-reduce collectives and a fixed per-step overhead.
+Serving is continuous batching: the decode batch is the number of streams in flight on
+the replica (the load times the tier's batch cap; the cap alone when no load is given;
+the cap limited by what the paged KV cache holds), co-batched streams hold the
+workload's own context (pipeline stages decode micro-batches of it), and every other
+stream's prompt rides the decode steps in chunks (:func:`simengine.prefill.carried`),
+so per-stream speed falls and replica throughput rises as concurrency grows. Wafers are
+latency-bound (:mod:`simengine.wafer`). Speculative decoding: a verify step of k + 1
+tokens per stream plus the drafter's passes, over the expected tokens per step.
 
 An agent task is a sequence of turns; per turn: wait + transport round trip + TTFT
 (server overhead + prefill of the uncached tokens + first step) + decode + the agent's
@@ -33,129 +34,45 @@ only new tokens prefill.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import itertools
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from . import kv, offline
 from .errors import SimEngineError
-from .hardware import HardwareProfile
 from .host import host_param, host_step_seconds
 from .kv import batch_at, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
-    GemmLine,
-    attention_peak,
     compute_peak,
     gemm_line,
-    moe_collectives_seconds,
-    step_weight_bytes,
-    wafer_expert_hops,
 )
 from .parallel import (
-    AttentionSplit,
-    attention_dp_batch_cap,
-    attention_dp_idle,
-    attention_dp_in_phase,
     attention_split,
-    pipeline_hops_seconds,
     pipeline_microbatch,
     split_pipeline,
-    wafer_hop_seconds,
 )
 from .params import DEFAULT_PARAMS, EngineParams
-from .placement import Placement, _split_layers, placement, resolve_device
+from .placement import _split_layers, placement, resolve_device
+from .prefill import interference, prefill_parts, prefill_seconds, with_prefills
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
+from .served import TRANSPORT_NAMES, Deployment, Knobs, Served, positive_int
 from .speculative import (
     PRODUCTION_METHOD,
     Speculation,
     drafter_shape,
     gpu_drafter_seconds,
     method_default,
-    wafer_drafter_seconds,
 )
+from .step import ATTENTION_MATH_BYTES, Points, StepLine, decode_step_line
+from .wafer import pass_seconds, speculative_seconds
 
-TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
-TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
 # Anything above this is a typo or an attack, not a task (larger than any context window).
 MAX_TOKENS = 50_000_000
-# Attention (decode and prefill) multiplies at the 16-bit tensor-core rate whatever the
-# weights' or the cache's dtype: servers store an FP8 cache and dequantize it "to BF16/
-# FP16 at the reading time for attention calculation" (SGLang, sgl-project/sglang#10083);
-# FlashInfer's FP8-cache decode casts it on load; FlashMLA ships BF16/FP16 kernels; FP8
-# attention (FlashAttention-3) is opt-in, and no production server runs attention on the
-# 4-bit tensor cores. Bytes per value of that math, for HardwareProfile.peak_flops.
-ATTENTION_MATH_BYTES = 2.0
-
-
-def _positive_int(value: Any, name: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SimEngineError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise SimEngineError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-@hash_once
-@dataclass(frozen=True)
-class Deployment(HashOnce):
-    """Where and how a model is served.
-
-    ``device`` is a key of HARDWARE, ``nodes`` the wafers or GPUs in the pool.
-    ``software`` picks the calibrated parameter version (default: the device's current
-    one); ``nodes_per_replica`` forces a deeper pipeline / wider group than needed;
-    ``speculative``: False, True (the hardware's production method) or a
-    :class:`~simengine.speculative.Speculation`. ``expert_parallel``: GPUs over which an
-    MoE's experts are split (all-to-all per MoE layer; 1 = tensor-split experts).
-    ``pipeline_parallel`` (GPUs) splits ``nodes_per_replica`` into that many stages over
-    layers, tensor parallel within each (devices = TP x PP); None: placement's layout
-    (pipeline stages only beyond one NVLink domain). ``attention_data_parallel``: the
-    replica's GPUs each run attention for their own streams, experts split over them
-    (:func:`simengine.parallel.attention_dp_weight_bytes`); ``attention_dp_balance``:
-    the server makes its attention-DP ranks prefill together (TensorRT-LLM's
-    ``attention_dp_config.enable_balance``) instead of placing prompts as they come
-    (:func:`simengine.parallel.attention_dp_idle`).
-    """
-
-    device: str
-    nodes: int
-    tier: str = "standard"
-    transport: str = "reworked"
-    software: str | None = None
-    nodes_per_replica: int | None = None
-    speculative: bool | Speculation = False
-    expert_parallel: int = 1
-    pipeline_parallel: int | None = None
-    attention_data_parallel: bool = False
-    attention_dp_balance: bool = False
-
-    def __post_init__(self) -> None:
-        hw = resolve_device(self.device)
-        for name in ("attention_data_parallel", "attention_dp_balance"):
-            if not isinstance(getattr(self, name), bool):
-                raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.attention_dp_balance and not self.attention_data_parallel:
-            raise SimEngineError("attention_dp_balance needs attention_data_parallel")
-        if self.attention_data_parallel and hw.kind != "gpu":
-            raise SimEngineError(f"attention_data_parallel applies to GPUs only, not {hw.key}")
-        if self.pipeline_parallel is not None:
-            _positive_int(self.pipeline_parallel, "pipeline_parallel", 1)
-        _positive_int(self.nodes, "nodes", 1)
-        _positive_int(self.expert_parallel, "expert_parallel", 1)
-        if self.tier not in TIERS:
-            raise SimEngineError(f"unknown tier {self.tier!r}; known: {list(TIERS)}")
-        if self.transport not in TRANSPORTS:
-            raise SimEngineError(f"unknown transport {self.transport!r}; known: {list(TRANSPORTS)}")
-        if self.nodes_per_replica is not None:
-            _positive_int(self.nodes_per_replica, "nodes_per_replica", 1)
 
 
 @hash_once
@@ -185,10 +102,10 @@ class TaskProfile(HashOnce):
             type(i) is int and type(o) is int and type(n) is int and type(r) is int
             and i >= 1 and o >= 1 and n >= 1 and r >= 0
         ):  # fmt: skip
-            _positive_int(self.input_tokens, "input_tokens", 1)
-            _positive_int(self.output_tokens, "output_tokens", 1)
-            _positive_int(self.turns, "turns", 1)
-            _positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
+            positive_int(self.input_tokens, "input_tokens", 1)
+            positive_int(self.output_tokens, "output_tokens", 1)
+            positive_int(self.turns, "turns", 1)
+            positive_int(self.tool_result_tokens, "tool_result_tokens", 0)
         if self.output_tokens < self.turns:
             raise SimEngineError(
                 f"output_tokens ({self.output_tokens}) must be >= turns ({self.turns})"
@@ -291,335 +208,14 @@ class Prediction:
         }
 
 
-@dataclass(frozen=True)
-class _Served:
-    # A deployment resolved against a model and parameters: everything the per-token
-    # and prefill formulas need.
-    model: ModelSpec
-    hw: HardwareProfile
-    place: Placement
-    deployment: Deployment
-    software: str
-    params: EngineParams
-    other_context: float  # context held by each co-batched stream (from the workload)
-    batch: float | None  # GPU decode batch (co-scheduled streams per replica)
-    batch_cap: float | None = None  # the tier's batch cap (GPU streams per replica)
-    token_line: _StepLine | None = None  # set by _serve
-    transport_costs: tuple[float, float, float] = (0.0, 0.0, 0.0)  # set by _serve
-    knobs: _Knobs | None = None  # set by _serve
-    attention: AttentionSplit | None = None  # set by _serve (GPUs: how attention is split)
-
-    def p(self, name: str) -> float:
-        return self.params.hardware(
-            self.hw.key, self.hw.kind, self.software, name, self.hw.generation
-        )
-
-    def transport(self, name: str) -> float:
-        return self.transport_costs[_TRANSPORT_NAMES.index(name)]
-
-    def _transport_from_params(self, name: str) -> float:
-        t = self.deployment.transport
-        return self.params.get(f"transport:legacy:{name}") * self.params.get(
-            f"transport:{t}:{name}_factor"
-        )
-
-
-_TRANSPORT_NAMES = ("round_trip", "ttft_overhead", "per_token")
-
-
-@dataclass(frozen=True, slots=True)
-class _Knobs:
-    # The parameters a served deployment's per-token and prefill formulas read, looked
-    # up once per deployment (EngineParams lookups are dict work the hot path repeats).
-    eta_mem: float  # GPUs
-    eta_flop: float  # GPUs: eta_flop; wafers: wafer:eta_flop (prefill)
-    eta_attention: float  # GPUs: decode attention's share of the 16-bit peak
-    allreduce_base: float
-    activation_bytes: float
-    step_overhead: float
-    speculation: Speculation | None  # speculative decoding (None: off)
-    tier_batch: float | None  # GPUs: the tier's batch cap
-    chunk_tokens: float | None  # GPUs: chunked-prefill chunk
-    wafer_pass: float  # wafers: one token through the pipeline
-    wafer_fixed: float
-    wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
-    wafer_draft: float = 0.0  # wafers: one drafter pass
-    host_per_stream: float = 0.0  # GPUs: the host's seconds per stream in the batch, per step
-    gemm: GemmLine | None = None  # GPUs: the replica's weight GEMMs by tokens in a step
-
-
-def decode_step_seconds(
-    model: ModelSpec,
-    hw: HardwareProfile,
-    *,
-    batch: float = 1.0,
-    context_tokens: float = 0.0,
-    other_context_tokens: float = 0.0,
-    tensor_parallel: int = 1,
-    pipeline_stages: int = 1,
-    eta_mem: float = 1.0,
-    eta_flop: float = 1.0,
-    allreduce_base: float = 0.0,
-    activation_bytes: float = 2.0,
-    tokens_per_stream: int = 1,
-    expert_parallel: int = 1,
-    eta_attention: float | None = None,
-) -> float:
-    """GPU roofline time of one decode step for a batch (seconds per generated token).
-
-    Per operator (:func:`_decode_step_line`): attention = max(KV of every stream,
-    4 L w sum(contexts) FLOPs at the 16-bit rate; w the attention width,
-    ``ModelSpec.decode_attention_flops``) + weight GEMMs = max(weights touched by the
-    batch, 2 N_active B FLOPs), each over TP GPUs, + per-layer all-reduces (or the
-    experts' all-to-all) + pipeline hops. With eta = 1
-    and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
-    speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
-    k + 1 times). ``eta_attention``: decode attention's share of the 16-bit peak (default
-    ``eta_flop``).
-    """
-    line = _decode_step_line(
-        model,
-        hw,
-        batch=batch,
-        other_context_tokens=other_context_tokens,
-        tensor_parallel=tensor_parallel,
-        pipeline_stages=pipeline_stages,
-        eta_mem=eta_mem,
-        eta_flop=eta_flop,
-        allreduce_base=allreduce_base,
-        activation_bytes=activation_bytes,
-        tokens_per_stream=tokens_per_stream,
-        expert_parallel=expert_parallel,
-        eta_attention=eta_attention,
-    )
-    return line.at(context_tokens)
-
-
-class _StepLine(NamedTuple):
-    # A decode step as a function of the stream's context c: the attention kernels'
-    # two roofline terms are affine in c, everything else is constant, so step(c) =
-    # max(mem0 + mem1 c, flop0 + flop1 c) + fixed, and a step never takes less than the
-    # host's work for it, ``floor`` (an overlapped host loop: simengine.host). A
-    # NamedTuple: built per decode batch on the router's cold path, where a frozen
-    # dataclass's __init__ costs twice as much.
-    mem0: float
-    mem1: float
-    flop0: float
-    flop1: float
-    fixed: float
-    collectives: float = 0.0  # the part of ``fixed`` spent in collectives (GPU drafting)
-    floor: float = 0.0  # the host's work per step (0: none)
-
-    def at(self, context):
-        # ``context``: a number or an array of them (one formula for both).
-        mem, flop = self.mem0 + self.mem1 * context, self.flop0 + self.flop1 * context
-        if isinstance(context, np.ndarray):
-            step = np.maximum(mem, flop) + self.fixed
-            return np.maximum(step, self.floor) if self.floor else step
-        step = max(mem, flop) + self.fixed
-        return step if step >= self.floor else self.floor
-
-    def _below_floor(self, x: list[float]) -> int:
-        # How many of the sorted points ``x`` have a GPU step under the floor: the GPU
-        # step never falls as the context grows (both lines' slopes are >= 0), so they
-        # are a prefix, ending where the first line reaches the floor.
-        if self.floor <= 0.0:
-            return 0
-        reach = math.inf
-        for c0, c1 in ((self.mem0, self.mem1), (self.flop0, self.flop1)):
-            need = self.floor - self.fixed - c0
-            if need <= 0.0:
-                return 0
-            if c1 > 0.0:
-                reach = min(reach, need / c1)
-        return bisect.bisect_left(x, reach)
-
-    def weighted_sum(self, points: _Points) -> float:
-        """sum_i w_i at(x_i) over sorted weighted points, in O(log n).
-
-        at() is the larger of two lines plus a constant (or the host's floor, on a
-        prefix of the points: :meth:`_below_floor`), and the points where the second
-        line wins are one side of where the lines cross: split the sorted points there
-        and each side is (intercept x sum w + slope x sum w x) from the prefix sums.
-        The same value as summing at() point by point (to rounding).
-        """
-        w, wx, n = points.w, points.wx, len(points.x)
-        s = self._below_floor(points.x)  # [0, s): the floor
-        d0, d1 = self.flop0 - self.mem0, self.flop1 - self.mem1  # flop wins where d0 + d1 x > 0
-        if d1 > 0:
-            k = bisect.bisect_right(points.x, -d0 / d1)  # [0, k): memory, [k, n): compute
-            lo = (self.mem0, self.mem1)
-            hi = (self.flop0, self.flop1)
-        elif d1 < 0:
-            k = bisect.bisect_left(points.x, -d0 / d1)  # [0, k): compute, [k, n): memory
-            lo = (self.flop0, self.flop1)
-            hi = (self.mem0, self.mem1)
-        else:
-            k, lo = n, ((self.flop0, self.flop1) if d0 > 0 else (self.mem0, self.mem1))
-            hi = lo
-        k = max(k, s)
-        return (
-            lo[0] * (w[k] - w[s])
-            + lo[1] * (wx[k] - wx[s])
-            + hi[0] * points.sw[k]
-            + hi[1] * points.swx[k]
-            + self.fixed * points.sw[s]
-            + self.floor * w[s]
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Points:
-    # Weighted evaluation points, sorted by x, with prefix sums of w and w x and suffix
-    # sums of both (n + 1 each: w[k] = sum of w[:k], sw[k] = sum of w[k:]).
-    x: list[float]
-    w: list[float]
-    wx: list[float]
-    sw: list[float]
-    swx: list[float]
-
-    @classmethod
-    def of(cls, x: np.ndarray, w: np.ndarray) -> _Points:
-        x, w = x.ravel(), w.ravel()
-        order = np.argsort(x, kind="stable")
-        x, w = x[order], w[order]
-        ws, wxs = w.tolist(), (w * x).tolist()
-        return cls(
-            x.tolist(),
-            [0.0, *itertools.accumulate(ws)],
-            [0.0, *itertools.accumulate(wxs)],
-            [*itertools.accumulate(reversed(ws))][::-1] + [0.0],
-            [*itertools.accumulate(reversed(wxs))][::-1] + [0.0],
-        )
-
-
-def _decode_step_line(
-    model: ModelSpec,
-    hw: HardwareProfile,
-    *,
-    batch: float,
-    other_context_tokens: float,
-    tensor_parallel: int,
-    pipeline_stages: int,
-    eta_mem: float,
-    eta_flop: float,
-    allreduce_base: float,
-    activation_bytes: float,
-    tokens_per_stream: int = 1,
-    expert_parallel: int = 1,
-    split: AttentionSplit | None = None,
-    eta_attention: float | None = None,
-    gemm: GemmLine | None = None,
-) -> _StepLine:
-    # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
-    # 2024): a decode step runs its kernels one after another, so each kernel is bound
-    # by its own resource and the step is their sum, not one roofline over the whole
-    # step. Two kernel families: the attention kernels (read every stream's KV, attend
-    # over its context: affine in the context c) and the weight GEMMs (read the weights
-    # the batch touches, multiply them by its tokens: constant in c). step(c) =
-    # max(KV read, attention FLOPs) + max(weight read, GEMM FLOPs) + collectives.
-    # Rates are the whole group's (TP GPUs; under attention data parallelism the same
-    # GPUs each attend for their own streams, simengine.parallel.attention_dp_*).
-    # ``split``: how attention sits on the group (a served deployment's, resolved once
-    # by _serve); None: split by head over the TP group. ``gemm``: the weight GEMMs' line
-    # at these rates (a served deployment's, built once by _knobs); None: built here.
-    others_in_kv = (batch - 1) * other_context_tokens
-    tokens = batch * tokens_per_stream
-    tp, ep = tensor_parallel, expert_parallel
-    mem_rate = tp * hw.memory_bandwidth * eta_mem
-    flop_rate = tp * compute_peak(model, hw) * eta_flop
-    attn = model.decode_attention_flops * tokens_per_stream
-    # Decode attention at its own efficiency (params: eta_decode_attention; the GEMMs'
-    # where none is calibrated).
-    attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * (eta_attention or eta_flop)
-    act = tokens * model.hidden_size * activation_bytes
-    if split is None:
-        split = attention_split(model, tp, False)
-    t_comm = moe_collectives_seconds(
-        model, hw, tokens, split.allreduce_group, ep, allreduce_base, activation_bytes
-    )
-    t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
-    if gemm is None:
-        gemm = gemm_line(model, tp, ep, split.extra_weight_bytes, mem_rate, flop_rate)
-    t_gemm = gemm.at(tokens)
-    return _StepLine(
-        mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,
-        mem1=split.kv_copies * model.kv_bytes_per_token / mem_rate,
-        flop0=attn * others_in_kv / attn_rate,
-        flop1=attn / attn_rate,
-        fixed=t_comm + t_gemm,
-        collectives=t_comm,
-    )
-
-
-def _wafer_hop(s: _Served) -> float:
-    return wafer_hop_seconds(
-        s.params.get("wafer:t_link"),
-        s.model.hidden_size,
-        s.params.get("activation_bytes"),
-        s.hw.link_bandwidth,
-    )
-
-
-def _wafer_pass(s: _Served) -> float:
-    # One token through the pipeline: per layer a fixed latency plus the time the cores
-    # holding the layer take to stream its active weights (a layer's cores are its
-    # share of the wafer, so this is the wafer's active bytes / the effective SRAM
-    # bandwidth), plus (P-1) wafer-to-wafer hops.
-    # The cores a layer gets are set when the model is packed onto the fewest wafers
-    # that hold it; a deeper pipeline than that only adds hops (never faster).
-    m, place = s.model, s.place
-    active_fraction = m.active_params_decode / m.total_params
-    layer_bytes = m.weight_bytes / m.layers
-    eff_bw = s.hw.memory_bandwidth * s.p("eta_sram")
-    packed = max(placement(m, s.hw.key, context_tokens=place.context_tokens).layers_per_stage)
-    per_layer = s.p("t_layer") + active_fraction * packed * layer_bytes / eff_bw
-    return m.layers * per_layer + (place.pipeline_stages - 1) * _wafer_hop(s) + _wafer_moe(s)
-
-
-def _wafer_moe(s: _Served) -> float:
-    # An MoE spanning several wafers has each layer's experts on other wafers than the
-    # token: two hops per MoE layer with k x hidden activations (simengine.moe).
-    m = s.model
-    if not m.is_moe or s.place.pipeline_stages <= 1:
-        return 0.0
-    return wafer_expert_hops(
-        m.layers,
-        m.expert_layout[1],
-        m.hidden_size,
-        s.params.get("activation_bytes"),
-        hop_latency=s.params.get("wafer:t_link"),
-        link_bandwidth=s.hw.link_bandwidth,
-    )
-
-
-def _speculation(s: _Served) -> Speculation | None:
+def _speculation(s: Served) -> Speculation | None:
     spec = s.deployment.speculative
     if spec is True:
         return method_default(PRODUCTION_METHOD[s.hw.kind])
     return spec or None
 
 
-def _wafer_speculative(s: _Served, spec: Speculation | None) -> tuple[float, float]:
-    # (extra time of a verify pass: the k draft tokens' FLOPs on the busiest wafer at
-    # the wafer's prefill rate; one drafter pass).
-    if spec is None:
-        return 0.0, 0.0
-    m = s.model
-    share = max(s.place.layers_per_stage) / m.layers
-    extra = (spec.draft_tokens * 2 * m.active_params_decode * share
-             / (compute_peak(m, s.hw) * s.params.get("wafer:eta_flop")))  # fmt: skip
-    draft = wafer_drafter_seconds(
-        drafter_shape(spec, m.layers),
-        layers=m.layers,
-        t_layer=s.p("t_layer"),
-        active_bytes=m.decode_weight_bytes(1),
-        sram_rate=s.hw.memory_bandwidth * s.p("eta_sram"),
-    )
-    return extra, draft
-
-
-def _knobs(s: _Served) -> _Knobs:
+def _knobs(s: Served) -> Knobs:
     # Looked up in the order the formulas first need them (the first missing one is
     # the error).
     get, gpu = s.params.get, s.hw.kind == "gpu"
@@ -636,7 +232,7 @@ def _knobs(s: _Served) -> _Knobs:
             tp * s.hw.memory_bandwidth * eta_mem,
             tp * compute_peak(s.model, s.hw) * eta_flop,
         )
-        return _Knobs(
+        return Knobs(
             eta_mem=eta_mem,
             eta_flop=eta_flop,
             eta_attention=_decode_attention_efficiency(s, eta_flop),
@@ -651,8 +247,8 @@ def _knobs(s: _Served) -> _Knobs:
             host_per_stream=_host_per_stream(s),
             gemm=gemm,
         )
-    verify_extra, draft = _wafer_speculative(s, spec)
-    return _Knobs(
+    verify_extra, draft = speculative_seconds(s, spec)
+    return Knobs(
         eta_mem=0.0,
         eta_flop=get("wafer:eta_flop"),
         eta_attention=0.0,
@@ -662,14 +258,14 @@ def _knobs(s: _Served) -> _Knobs:
         speculation=spec,
         tier_batch=None,
         chunk_tokens=None,
-        wafer_pass=_wafer_pass(s),
+        wafer_pass=pass_seconds(s),
         wafer_fixed=get("wafer:t_fixed"),
         wafer_verify_extra=verify_extra,
         wafer_draft=draft,
     )
 
 
-def _host_per_stream(s: _Served) -> float:
+def _host_per_stream(s: Served) -> float:
     # The host's work per step for each stream of a replica's batch (simengine.host): one
     # scheduler per attention rank under attention data parallelism, each over its own
     # streams; else one over the replica's whole batch.
@@ -679,7 +275,7 @@ def _host_per_stream(s: _Served) -> float:
     return host_step_seconds(s.params.get(host_param(s.hw.host)), 1.0, ranks)
 
 
-def _decode_attention_efficiency(s: _Served, eta_flop: float) -> float:
+def _decode_attention_efficiency(s: Served, eta_flop: float) -> float:
     # Decode attention's efficiency where one is calibrated for the device's generation
     # and software era (params: eta_decode_attention), else the GEMMs' eta_flop.
     found = s.params.find_hardware(
@@ -688,13 +284,13 @@ def _decode_attention_efficiency(s: _Served, eta_flop: float) -> float:
     return eta_flop if found is None else found
 
 
-def _server_token_seconds(s: _Served, context):
+def _server_token_seconds(s: Served, context):
     """Server-side time per generated token for a stream at ``context`` tokens (a number
     or an array)."""
     return s.token_line.at(context)
 
 
-def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepLine:
+def _token_line(s: Served, batch: float | None, other_context: float) -> StepLine:
     # The per-token time of a served deployment as a line in the context length, at a
     # decode batch of ``batch`` streams each holding ``other_context`` (GPUs; a wafer's
     # line depends on neither).
@@ -711,10 +307,10 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
             passes = drafter_shape(spec, s.model.layers).passes
             step += k.wafer_verify_extra + passes * k.wafer_draft
         mem0 = s.model.decode_weight_bytes(1) / bw
-        return _StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
+        return StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
     b = float(batch or 1)
     stages = s.place.pipeline_stages
-    line = _decode_step_line(
+    line = decode_step_line(
         s.model,
         s.hw,
         # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch).
@@ -735,15 +331,15 @@ def _token_line(s: _Served, batch: float | None, other_context: float) -> _StepL
     fixed = line.fixed + k.step_overhead
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if spec is None:
-        return _StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, host)
+        return StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, host)
     fixed += _gpu_drafting(s, line, b, other_context, spec)
-    return _StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
+    return StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
                      line.flop1 / per_step, fixed / per_step,
                      floor=host / per_step)  # fmt: skip
 
 
 def _gpu_drafting(
-    s: _Served, line: _StepLine, batch: float, context: float, spec: Speculation
+    s: Served, line: StepLine, batch: float, context: float, spec: Speculation
 ) -> float:
     # The drafter's passes per verify step for ``batch`` streams at ``context`` tokens.
     m, k = s.model, s.knobs
@@ -764,7 +360,7 @@ def _gpu_drafting(
     return shape.passes * one
 
 
-def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
+def _batch_at(s: Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
     # (decode batch, the tier's batch cap) of a GPU deployment whose streams hold
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
     if s.hw.kind != "gpu":
@@ -778,118 +374,9 @@ def _batch_at(s: _Served, batch: float | None, context: float) -> tuple[float | 
     return batch_at(kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, context)
 
 
-def _token_seconds(s: _Served, context):
+def _token_seconds(s: Served, context):
     # What the client sees per token: server step + per-token transport overhead.
     return _server_token_seconds(s, context) + s.transport_costs[2]
-
-
-def _prefill_seconds(s: _Served, new, cached):
-    """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones (numbers, or
-    arrays of them: one prefill per element)."""
-    return _prefill_parts(s, new, cached)[0]
-
-
-def _prefill_parts(s: _Served, new, cached):
-    """(the prefill of ``new`` tokens after ``cached`` on its own, the part of it a decode
-    step cannot absorb when the prompt rides one: its attention and collectives; GPUs)
-    - numbers, or arrays of them. The rest of a prompt's time is its weight GEMMs, which
-    chunked prefill runs inside the decode steps' (:func:`_carried`)."""
-    m, k = s.model, s.knobs
-    # Causal attention over the cached prefix and the new tokens themselves.
-    # The weight GEMMs at the weights' tensor-core rate, attention (2 L w (n^2 + 2 n c)
-    # over the attention width w) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
-    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
-    width = 2 * m.layers * m.attention_width
-    attention = width * (new * new + 2 * new * cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
-    if s.hw.kind == "wafer":
-        # Chunks stream through the pipeline: the busiest wafer sets the pace, then
-        # the last chunk crosses the pipeline once.
-        share = max(s.place.layers_per_stage) / m.layers
-        alone = (gemm + attention) * share / k.eta_flop + k.wafer_pass
-        return alone, alone
-    tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
-    t_flop = (gemm + attention) / (tp * k.eta_flop)
-    # Under attention data parallelism one GPU prefills a prompt with its own copy of the
-    # attention weights (the split's extra bytes) and no all-reduce.
-    split = s.attention
-    kv_read = split.kv_copies * m.kv_bytes(cached + new)
-    weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
-    t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
-    act = new * m.hidden_size * k.activation_bytes
-    t_comm = moe_collectives_seconds(
-        m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes
-    )
-    t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
-    side = attention / (tp * k.eta_flop) + t_comm
-    if isinstance(new, np.ndarray):
-        return np.maximum(t_flop, t_mem) + t_comm, side
-    return max(t_flop, t_mem) + t_comm, side
-
-
-def _carried(s: _Served, batch, rate, tokens, side):
-    """Seconds the other streams' prompts add to a stream's token (GPUs): ``rate``
-    prompts of ``tokens`` tokens start per generated token of a stream, each costing
-    ``side`` beyond its weight GEMMs (:func:`_prefill_parts`). Numbers or arrays.
-
-    Chunked prefill piggybacks the prompts on the decode steps (Sarathi-Serve, Agrawal
-    et al., OSDI 2024: "decode-maximal batching"; vLLM, TensorRT-LLM and SGLang schedule
-    a step's prompt chunk with its decode tokens): the step's weight GEMMs take the
-    chunk's tokens with the batch's, reading the weights once, so a memory-bound decode
-    step (weights streamed while the tensor cores wait) does a chunk's GEMM FLOPs in the
-    time it spends reading anyway; only what exceeds that, and the chunk's attention and
-    collectives, lengthen it. A step carrying C prompt tokens beside b decode tokens
-    costs gemm(b + C) - gemm(b) more (the deployment's :class:`simengine.moe.GemmLine`,
-    the decode step's: an MoE's chunk also reads the experts the batch had not
-    touched). The P prompt tokens per step ride in chunks of C tokens on P / C of the
-    steps (:func:`simengine.kv.prompt_chunk`). When the decode step is compute-bound
-    this is the prompts' whole prefill, as before. A pipeline's stages each carry their
-    share (prompt tokens and attention / stages, on a micro-batch's step); a speculative
-    step yields E tokens per stream, so it carries E times the prompts per token. Under
-    attention data parallelism without the server's balancing, the other ranks also wait
-    for the rank holding a prompt (its attention and non-expert GEMMs on one GPU:
-    :func:`_rank_local_seconds`, :func:`simengine.parallel.attention_dp_idle`).
-    """
-    k = s.knobs
-    spec = k.speculation
-    per_step = spec.tokens_per_step if spec is not None else 1.0
-    per_stream = spec.draft_tokens + 1 if spec is not None else 1
-    stages = s.place.pipeline_stages
-    if stages > 1:  # a micro-batch's step (parallel.pipeline_microbatch, for arrays too)
-        if isinstance(batch, np.ndarray):
-            batch = batch / np.minimum(batch, float(stages))
-        else:
-            batch = pipeline_microbatch(batch, stages)
-    prompt = rate * tokens * per_step / stages  # prompt tokens per step
-    chunk = kv.prompt_chunk(prompt, tokens, k.chunk_tokens)
-    base = batch * per_stream
-    grow = k.gemm.at(base + chunk) - k.gemm.at(base)
-    carried = (prompt / chunk) * grow / per_step + rate * side / stages
-    d = s.deployment
-    if d.attention_data_parallel:
-        # Attention DP: a prompt's rank-local work holds the other ranks at the next
-        # all-to-all unless the server balances (parallel.attention_dp_idle). The unit a
-        # rank takes is one prompt, or its piece when chunking splits it; a step's chunk
-        # can hold several prompts.
-        unit = np.minimum(chunk, tokens) if isinstance(chunk, np.ndarray) else min(chunk, tokens)
-        idle = attention_dp_idle(
-            prompt / unit, s.place.tensor_parallel or 1, d.attention_dp_balance
-        )
-        carried = carried + idle * _rank_local_seconds(s, unit) / per_step
-    return carried
-
-
-def _rank_local_seconds(s: _Served, tokens):
-    """Seconds, at the replica's rate, of the work a prompt chunk of ``tokens`` tokens
-    does on its own attention-DP rank: its non-expert GEMMs (attention projections,
-    dense and shared-expert layers, at their tensor-core rate, moe.attention_peak) and
-    its causal attention over itself (the 16-bit rate); compute-bound, as a prompt's
-    GEMMs are."""
-    m, k = s.model, s.knobs
-    non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
-    gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
-    width = 2 * m.layers * m.attention_width
-    attention = width * tokens * tokens / s.hw.peak_flops(ATTENTION_MATH_BYTES)
-    return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)
 
 
 def _serve(
@@ -900,7 +387,7 @@ def _serve(
     batch: float | None = None,
     context: float = 1024.0,
     admit_context: float | None = None,
-) -> _Served:
+) -> Served:
     # ``batch``: streams in flight per GPU replica (default: the tier's cap, i.e. full
     # load); ``context``: the context each co-batched stream holds (the workload's);
     # ``admit_context``: what each counts for when the KV cache admits streams (default:
@@ -931,12 +418,12 @@ def _serve(
             pipeline_stages=pp,
             layers_per_stage=_split_layers(model.layers, pp),
         )
-    served = _Served(model, hw, place, deployment, software, params, float(context), None)
+    served = Served(model, hw, place, deployment, software, params, float(context), None)
     # Validate the software version now, with a clear message.
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
     served = dataclasses.replace(
         served,
-        transport_costs=tuple(served._transport_from_params(n) for n in _TRANSPORT_NAMES),
+        transport_costs=tuple(served._transport_from_params(n) for n in TRANSPORT_NAMES),
         attention=attention_split(
             model, place.tensor_parallel or 1, deployment.attention_data_parallel
         ),
@@ -956,7 +443,7 @@ def token_speed(
 ) -> float:
     """Client-observed decode tokens/s of one stream at ``context_tokens`` of context,
     on a replica at its full batch (the tier's cap)."""
-    _positive_int(context_tokens, "context_tokens", 0)
+    positive_int(context_tokens, "context_tokens", 0)
     if context_tokens > model.context_window:
         raise SimEngineError(
             f"context_tokens {context_tokens} exceeds {model.name}'s window {model.context_window}"
@@ -975,7 +462,7 @@ def _span_nodes(start, tokens):
     return (a, 0.5 * (a + b), b), (tokens / 6, 4 * tokens / 6, tokens / 6)
 
 
-def _decode_span_seconds(s: _Served, start_context: int, tokens: int) -> float:
+def _decode_span_seconds(s: Served, start_context: int, tokens: int) -> float:
     if tokens <= 0:
         return 0.0
     nodes, weights = _span_nodes(start_context, tokens)
@@ -990,32 +477,8 @@ def _split(total: int, parts: int) -> np.ndarray:
     return shares
 
 
-def _chunks(s: _Served, tokens: int) -> int:
+def _chunks(s: Served, tokens: int) -> int:
     return chunk_count(tokens, s.knobs.chunk_tokens)
-
-
-def _with_prefills(line: _StepLine, extra: float) -> _StepLine:
-    # The other streams' prefills (``extra`` per generated token, _interference) run in
-    # the same steps as the decode, so they share a step with the host's work for it: a
-    # token takes max(GPU step + extra, host) = max(GPU step, host - extra) + extra.
-    if line.floor <= 0.0 or extra <= 0.0:
-        return line
-    return line._replace(floor=max(0.0, line.floor - extra))
-
-
-def _interference(
-    s: _Served, batch: float | None, side: float, prompt_tokens: float, mean_output: float
-) -> float:
-    # Chunked-prefill interference per generated token (none on wafers, or without a
-    # batch): the other B - 1 streams each start a prompt of ``prompt_tokens`` tokens
-    # (``side``: its attention and collectives, _prefill_parts) every ``mean_output``
-    # tokens, and their chunks ride the decode steps (_carried). A pipeline's stages
-    # prefill their own layers while the others work on other chunks or micro-batches,
-    # so a prompt holds each stage for its share (its TTFT still crosses every stage:
-    # _prefill_seconds is the whole chain).
-    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
-        return 0.0
-    return _carried(s, batch, (batch - 1.0) / mean_output, prompt_tokens, side)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1034,8 +497,8 @@ class _Turns:
     chunks: np.ndarray
     token_x: np.ndarray  # (turns, 4)
     token_w: np.ndarray  # (turns, 4)
-    tokens: _Points
-    chunk_steps: _Points
+    tokens: Points
+    chunk_steps: Points
     first_ctx: float  # ctx[0] and chunks[0] as Python floats (the hot path reads them)
     first_chunks: float
     mean_new: float  # mean prompt tokens a turn prefills (chunked-prefill interference)
@@ -1067,8 +530,8 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         chunks,
         token_x,
         token_w,
-        _Points.of(token_x, token_w),
-        _Points.of(ctx, chunks - 1.0),
+        Points.of(token_x, token_w),
+        Points.of(ctx, chunks - 1.0),
         float(ctx[0]),
         float(chunks[0]),
         float(new.sum()) / task.turns,
@@ -1078,9 +541,9 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
 @dataclass(frozen=True, slots=True)
 class _ServiceProfile:
     # The load-free part of a prediction at one decode batch: what the hardware does.
-    served: _Served  # the deployment (batch and line: see ``batch`` and ``line``)
+    served: Served  # the deployment (batch and line: see ``batch`` and ``line``)
     batch: float | None
-    line: _StepLine  # server per-token time at this batch
+    line: StepLine  # server per-token time at this batch
     turns: _Turns
     extra: float  # chunked-prefill interference per generated token
     agent_term: float  # the agent's per-turn term
@@ -1104,9 +567,9 @@ class _ServiceProfile:
 #   (~0.3 kB each with the key: <= ~80 MB at the bound).
 # The decode batch (from the load) is no part of any key: the per-token line at a batch
 # is a handful of operations and its sum over a task's turns is O(log turns)
-# (_StepLine.weighted_sum), so an unseen load costs no cold profile.
+# (StepLine.weighted_sum), so an unseen load costs no cold profile.
 @functools.lru_cache(maxsize=8192)
-def _default_serve(model: ModelSpec, deployment: Deployment) -> _Served:
+def _default_serve(model: ModelSpec, deployment: Deployment) -> Served:
     return _serve(model, deployment, DEFAULT_PARAMS)
 
 
@@ -1115,10 +578,10 @@ def _default_turns(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
     return _turn_table(task, chunk_tokens)
 
 
-def _prefill_totals(s: _Served, turns: _Turns) -> tuple[float, float, float]:
+def _prefill_totals(s: Served, turns: _Turns) -> tuple[float, float, float]:
     # (sum over turns, first turn) of the prefill time, and the sum of the part a decode
-    # step cannot absorb when the prompt rides one (_prefill_parts).
-    prefill, side = _prefill_parts(s, turns.new, turns.cached)
+    # step cannot absorb when the prompt rides one (prefill_parts).
+    prefill, side = prefill_parts(s, turns.new, turns.cached)
     return float(prefill.sum()), float(prefill[0]), float(side.sum())
 
 
@@ -1201,7 +664,7 @@ def _default_head(model: ModelSpec, deployment: Deployment) -> tuple:
 
 
 def _service_profile(
-    s: _Served, task: TaskProfile, batch: float | None, default: bool
+    s: Served, task: TaskProfile, batch: float | None, default: bool
 ) -> _ServiceProfile:
     # ``s``: the deployment served without a load (_serve's defaults); ``batch``: the
     # decode batch asked for (None: the tier's cap). ``default``: the parameters are
@@ -1222,8 +685,8 @@ def _service_profile(
     round_trip, overhead, per_token = s.transport_costs
     n = task.turns
     agent_term = s.params.get("agent:turn_overhead") if n > 1 else 0.0
-    extra = _interference(s, b, side_sum / n, turns.mean_new, task.output_tokens / n)
-    line = _with_prefills(line, extra)
+    extra = interference(s, b, side_sum / n, turns.mean_new, task.output_tokens / n)
+    line = with_prefills(line, extra)
     producing = (
         line.weighted_sum(turns.tokens)
         + per_token * turns.tokens.w[-1]
@@ -1267,7 +730,7 @@ def _turn_rows(prof: _ServiceProfile) -> list[tuple[int, int, int, float, float,
     decode = timed[:, 1:].sum(axis=1) + (t.out - 1) * extra
     ttft = (
         s.transport_costs[1]
-        + _prefill_seconds(s, t.new, t.cached)
+        + prefill_seconds(s, t.new, t.cached)
         + first
         + (t.chunks - 1) * _server_token_seconds(s, t.ctx)
     )
@@ -1511,383 +974,3 @@ def _priority_wait(
     if est.prob_wait <= 0 or mean <= 0:
         return 0.0, 0.0, False
     return est.prob_wait, mean / est.prob_wait, False
-
-
-# A software date: "YYYY-MM" or "YYYY-MM-DD" (a figure's publication date).
-_SOFTWARE_DATE = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
-
-
-def _era_key(version: str) -> tuple[int, ...] | None:
-    # A calibrated version "YYYY.MM" (or a date "YYYY-MM[-DD]") as (year, month), for
-    # comparing eras by date, not as strings ("2026-08" < "2026.08" as strings).
-    m = re.match(r"^(\d{4})[.-](\d{2})(?:[.-]\d{2})?$", version)
-    return None if m is None else (int(m.group(1)), int(m.group(2)))
-
-
-def software_era(params: EngineParams, device: str, software: str | None) -> tuple[str | None, str]:
-    """(calibrated software version, how it was chosen) for a device.
-
-    ``software`` None: the device's current version. A calibrated version: itself. A
-    date "YYYY-MM" / "YYYY-MM-DD": the era in effect at that date, i.e. the latest
-    calibrated version released on or before it; a date before every calibrated era
-    resolves to the earliest one, and the note says so. Any other version string: the
-    latest calibrated version not newer than it (e.g. "2024.11" -> the 2024.10 fit), or
-    itself when none is older (``_serve`` then names the missing version).
-    """
-    hw = resolve_device(device)
-    if software is None:
-        version = params.software_for(hw.key)
-        return version, f"{version} (current {hw.key} software)"
-    probe = "t_layer" if hw.kind == "wafer" else "eta_mem"
-    known = sorted(
-        {
-            k.split("@", 1)[1].split(":", 1)[0]
-            for k in params.values
-            if k.endswith(f":{probe}") and k.split("@", 1)[0] in (hw.key, hw.kind)
-        },
-        key=lambda v: (_era_key(v) or (0, 0), v),
-    )
-    if software in known:
-        return software, software
-    date = _SOFTWARE_DATE.match(software)
-    key = _era_key(software)
-    if date is not None and not (1 <= key[1] <= 12):
-        raise SimEngineError(f"software date {software!r} has no month {key[1]}")
-    earlier = [v for v in known if key is not None and (_era_key(v) or (0, 0)) <= key]
-    if earlier:
-        return earlier[-1], f"{earlier[-1]} (the {hw.key} era in effect at {software})"
-    if date is not None and known:
-        return known[0], (
-            f"{known[0]} (earliest calibrated {hw.key} era; {software} predates it, "
-            "no earlier fit exists)"
-        )
-    return software, software
-
-
-def _resolve_software(params: EngineParams, deployment: Deployment) -> Deployment:
-    # A figure dated in a software era the parameters do not name uses the era in
-    # effect at that date (software_era).
-    if deployment.software is None:
-        return deployment
-    version, _ = software_era(params, deployment.device, deployment.software)
-    if version == deployment.software:
-        return deployment
-    return dataclasses.replace(deployment, software=version)
-
-
-def serving_point(
-    model: ModelSpec,
-    deployment: Deployment,
-    *,
-    concurrency: int | None = None,
-    input_tokens: int,
-    output_tokens: int,
-    output_tokens_cv: float = 0.0,
-    speculative: bool | Speculation = False,
-    with_transport: bool = False,
-    rate_per_second: float | None = None,
-    max_batch_size: int | None = None,
-    replicas: int = 1,
-    disaggregated_prefill: bool = False,
-    offline_requests: int | None = None,
-    max_output_tokens: int | None = None,
-    server: str | None = None,
-    kv_admission: str | None = None,
-    params: EngineParams = DEFAULT_PARAMS,
-) -> dict[str, Any]:
-    """``replicas`` identical replicas serving (input, output) requests.
-
-    Closed loop (``concurrency`` streams per replica, default 1; NIM / vLLM /
-    TensorRT-LLM benchmarks): the decode batch is min(concurrency, ``max_batch_size``,
-    what the paged KV cache holds); streams beyond the batch wait for a slot (their
-    wait is in TTFT). Open loop (``rate_per_second`` Poisson arrivals for the whole
-    deployment, MLPerf's server scenario; split evenly over replicas): the batch is
-    what the rate sustains (Little's law at the service time of that batch), and TTFT
-    adds the queueing (:func:`_open_loop`). ``max_batch_size`` None: the production
-    default of ``server`` for the GPU's memory (:func:`simengine.kv.default_max_batch_size`).
-    ``kv_admission`` (default: the ``server``'s, :func:`simengine.kv.kv_admission`):
-    "paged" admits a stream while the tokens held fit the cache; "reserved"
-    (TensorRT-LLM's GUARANTEED_NO_EVICT) only when its whole input + output fits, so the
-    cache holds fewer streams (:func:`simengine.kv.admission_context`).
-    ``output_tokens_cv`` (std / mean of the output lengths; default 0, fixed lengths)
-    raises the context the streams in flight hold to the token-weighted mean
-    (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
-    their attention per step.
-
-    A finite Offline run (``offline_requests`` N, MLPerf's Offline scenario,
-    ``trtllm-bench``): N requests per replica queued at once; the slots are
-    min(``concurrency`` if given, ``max_batch_size``, what the paged KV cache holds), the
-    outputs N lengths of the stated mean and spread (capped at ``max_output_tokens``),
-    and the throughput is the run's tokens / its length, the drain at the end included
-    (:mod:`simengine.offline`). TTFT is then the mean wait for a slot + the prefill and
-    first step; ``batch`` the mean over the run's steps.
-
-    The figures a serving benchmark reports: TTFT, time per output token, per-stream
-    tokens/s and the throughput of all replicas. ``with_transport`` adds the API round
-    trip and per-token overheads (a client-side measurement).
-
-    ``disaggregated_prefill`` (GPUs): prompts are prefilled on other GPUs of the same
-    kind and their KV shipped to the replica, which only decodes (prefill-decode
-    disaggregation: DistServe, Zhong et al., OSDI 2024; Splitwise, Patel et al., ISCA
-    2024; SGLang and NVIDIA Dynamo serve this way). Decode steps then carry no prefill
-    (no chunked-prefill interference) and TTFT is the prefill on its own GPUs + the KV
-    transfer over the scale-out network + the first decode step; the throughput is the
-    decode replicas'.
-    """
-    if offline_requests is not None:
-        _positive_int(offline_requests, "offline_requests", 1)
-        if rate_per_second is not None:
-            raise SimEngineError(
-                "give offline_requests (a finite run) or rate_per_second, not both"
-            )
-        if max_output_tokens is not None:
-            _positive_int(max_output_tokens, "max_output_tokens", output_tokens)
-        # Every request is queued at once; concurrency (if given) is the harness's cap.
-        concurrency = (
-            offline_requests if concurrency is None else min(concurrency, offline_requests)
-        )
-        if deployment.attention_data_parallel and attention_dp_in_phase(
-            offline_requests, output_tokens_cv
-        ):
-            # Identical requests keep the ranks in phase: as a balancing server does.
-            deployment = dataclasses.replace(deployment, attention_dp_balance=True)
-    if rate_per_second is None:
-        concurrency = _positive_int(1 if concurrency is None else concurrency, "concurrency", 1)
-    else:
-        if concurrency is not None:
-            raise SimEngineError("give concurrency (closed loop) or rate_per_second, not both")
-        if (
-            isinstance(rate_per_second, bool)
-            or not isinstance(rate_per_second, (int, float))
-            or not math.isfinite(rate_per_second)
-            or rate_per_second <= 0
-        ):
-            raise SimEngineError(f"rate_per_second must be a number > 0, got {rate_per_second!r}")
-    _positive_int(replicas, "replicas", 1)
-    admission = kv.kv_admission(server, kv_admission)
-    if max_batch_size is None:
-        max_batch = kv.default_max_batch_size(
-            resolve_device(deployment.device).memory_bytes, server
-        )
-    else:
-        max_batch = max_batch_size
-    _positive_int(max_batch, "max_batch_size", 1)
-    _, era = software_era(params, deployment.device, deployment.software)
-    deployment = _resolve_software(params, deployment)
-    if speculative != deployment.speculative:
-        deployment = dataclasses.replace(deployment, speculative=speculative)
-    # The server's cap on sequences in a step: the benchmark's concurrency (closed loop)
-    # and max_batch_size; _serve limits it to what the paged KV cache holds.
-    if deployment.attention_data_parallel:
-        max_batch = attention_dp_batch_cap(max_batch, deployment.nodes_per_replica or 1)
-    limit = max_batch if concurrency is None else min(concurrency, max_batch)
-    p = params.with_values({f"tier:{deployment.tier}:batch": float(limit)})
-    output_tokens_cv = kv.output_cv(output_tokens_cv)
-    # The streams in flight hold the token-weighted mean context (kv.mean_context).
-    context = kv.mean_context(input_tokens, output_tokens, output_tokens_cv)
-    # The cache admits streams by what each counts for under the server's rule: the
-    # tokens held (paged), or the whole input + output (reserved: fewer streams).
-    admit = kv.admission_context(admission, input_tokens, output_tokens, output_tokens_cv)
-    s = _serve(model, deployment, p, context=context, admit_context=admit)
-    gpu = s.hw.kind == "gpu"
-    # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
-    slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
-    prefill, side = _prefill_parts(s, input_tokens, 0)
-    chunks = _chunks(s, input_tokens)
-    if disaggregated_prefill:
-        if not gpu:
-            raise SimEngineError(f"disaggregated_prefill applies to GPUs only, not {s.hw.key}")
-        kv_transfer = model.kv_bytes(input_tokens) / s.hw.scaleout_bandwidth
-        prefill, chunks = prefill + kv_transfer, 1
-    per_token, ttft_extra = 0.0, 0.0
-    if with_transport:
-        per_token = s.transport("per_token")
-        ttft_extra = s.transport("ttft_overhead") + s.transport("round_trip")
-
-    elsewhere = prefill if disaggregated_prefill else 0.0
-
-    def at(batch: float) -> tuple[float, float, float]:
-        # (TTFT without queueing, time per output token, the time a request holds a
-        # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
-        line = _token_line(s, batch, context) if gpu else s.token_line
-        decoding_with_prefills = gpu and not disaggregated_prefill
-        extra = _interference(
-            s, batch if decoding_with_prefills else None, side, input_tokens, output_tokens
-        )
-        step = _with_prefills(line, extra).at(context)
-        tpot = step + per_token + extra
-        ttft = prefill + chunks * step + ttft_extra
-        return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
-
-    capacity = None
-    run = None
-    if offline_requests is not None:
-        run = _offline_run(
-            s, offline_requests, input_tokens, output_tokens, output_tokens_cv,
-            max_output_tokens, int(min(float(concurrency), slots)), per_token,
-            0.0 if disaggregated_prefill else prefill, side,
-        )  # fmt: skip
-        streams, tpot, queue = run.mean_batch, run.step_seconds, run.mean_wait
-        ttft = prefill + chunks * tpot + ttft_extra
-        throughput = replicas * run.throughput
-    elif rate_per_second is None:
-        streams = min(float(concurrency), slots)
-        ttft, tpot, held = at(streams)
-        # Closed loop: the concurrency - streams clients beyond the batch wait, each
-        # request cycle, for a slot (by Little's law: concurrency / (streams / held)
-        # requests/s - the request's own time).
-        queue = max(0.0, concurrency * held / streams - (held + elsewhere))
-        throughput = replicas * streams * output_tokens / held
-    else:
-        streams, ttft, tpot, queue, capacity = _open_loop(
-            at, rate_per_second, replicas, slots,
-            prefill if gpu and not disaggregated_prefill else 0.0,
-        )  # fmt: skip
-        throughput = rate_per_second * output_tokens
-    return {
-        "ttft_seconds": ttft + queue,
-        "time_per_output_token_seconds": tpot,
-        "tokens_per_second": 1.0 / tpot,
-        "throughput_tokens_per_second": throughput,
-        "queue_seconds": queue,
-        "batch": streams,
-        # The most streams a replica decodes at once: GPUs, min(the server's cap, what the
-        # KV cache holds under its admission rule); wafers, the pipeline's slots.
-        "batch_cap": slots,
-        "kv_admission": admission if gpu else None,
-        "capacity_requests_per_second": capacity,
-        "replicas": replicas,
-        "devices": s.place.nodes_per_replica,
-        "tensor_parallel": s.place.tensor_parallel or 1,
-        "pipeline_stages": s.place.pipeline_stages,
-        "software": s.software,
-        "software_era": era,
-        "run_seconds": None if run is None else run.seconds,
-        "drain_seconds": None if run is None else run.drain_seconds,
-        **{
-            f"completion_p{round(q * 100)}_seconds": None if run is None else v
-            for q, v in zip(
-                offline.COMPLETION_QUANTILES,
-                (None,) * 3 if run is None else run.completion_quantiles,
-                strict=True,
-            )
-        },
-    }
-
-
-def _offline_run(
-    s: _Served,
-    requests: int,
-    input_tokens: int,
-    output_tokens: int,
-    output_cv: float,
-    max_output: int | None,
-    slots: int,
-    per_token: float,
-    prefill: float,
-    side: float = 0.0,
-) -> offline.OfflineRun:
-    # A finite run on one replica (simengine.offline): the step at each batch and mean
-    # context is the served deployment's, the same line the steady state reads.
-    gpu = s.hw.kind == "gpu"
-    # Without speculation a GPU step is proportional to the streams' common context
-    # plus a constant, both set by the batch alone (the co-batched streams' KV and
-    # attention scale with the context; weights, GEMMs and collectives do not): one
-    # (slope, constant) per batch size, not one step line per completion event.
-    affine = gpu and s.knobs.speculation is None
-
-    def step(batch: float, context: float) -> float:
-        # Every stream in flight holds ``context`` tokens on average (GPUs: the batch's
-        # KV and attention; a wafer's step depends on neither). The GPU's step: the
-        # host's work for it is ``host_many``'s.
-        line = _token_line(s, batch, context) if gpu else s.token_line
-        return line._replace(floor=0.0).at(context) + per_token
-
-    per_size: list = [None, None]  # the last batch array asked for, its coefficients
-
-    def coefficients(batch: np.ndarray) -> np.ndarray:
-        # (slope, constant, host floor) of the step at each batch size the run goes
-        # through, once per size (step_many and host_many ask for the same batches).
-        if per_size[0] is not batch:
-            sizes, which = np.unique(batch, return_inverse=True)
-            coef = np.empty((len(sizes), 3))
-            for i, b in enumerate(sizes.tolist()):
-                line = _token_line(s, b, 1.0)
-                coef[i] = (max(line.mem0 + line.mem1, line.flop0 + line.flop1), line.fixed,
-                           line.floor)  # fmt: skip
-            per_size[:] = batch, coef[which]
-        return per_size[1]
-
-    def step_many(batch: np.ndarray, context: np.ndarray) -> np.ndarray:
-        coef = coefficients(batch)
-        return coef[:, 0] * context + coef[:, 1] + per_token
-
-    def host_many(batch: np.ndarray) -> np.ndarray:
-        # The host's work per step at each batch (simengine.host; the context does not
-        # matter).
-        return coefficients(batch)[:, 2]
-
-    outputs = offline.output_lengths(output_tokens, output_cv, requests, max_output)
-    # Chunked prefill: the prompts admitted at an event ride the next interval's decode
-    # steps (_carried: what the steps cannot absorb of them; a pipeline stage carries its
-    # share); wafers and disaggregated prefill (``prefill`` 0) take none from the steps.
-    carry = None
-    if gpu and prefill > 0:
-        prompt = float(input_tokens)
-
-        def carry(active: np.ndarray, prompts: np.ndarray, steps: np.ndarray) -> np.ndarray:
-            return steps * _carried(s, active, prompts / steps, prompt, side)
-
-    return offline.simulate(step, outputs, input_tokens, max(1, slots),
-                            step_many=step_many if affine else None,
-                            host_many=host_many if gpu and s.knobs.host_per_stream else None,
-                            carry_many=carry)  # fmt: skip
-
-
-def _open_loop(
-    at, total_rate: float, replicas: int, slots: float, prefill: float
-) -> tuple[float, float, float, float, float]:
-    """Poisson arrivals of ``total_rate`` requests/s (MLPerf's server scenario) split
-    evenly over ``replicas``: one replica sees rate = total_rate / replicas.
-
-    ``at(batch)`` gives (TTFT, time per output token, request time S) at a decode batch.
-    Sustained batch (Little's law): the mean number of requests in service N solves
-    N = rate x S(max(1, N)) (a fixed point; S grows with N), found by bisection on
-    [0, c] with c = the replica's slots (GPU: min(max_batch_size, what paged KV holds);
-    wafer: its pipeline slots). Capacity = min(c / S(c), 1 / prefill): every slot busy,
-    or the GPU busy prefilling alone. Queueing in TTFT (means): waiting for a slot, an
-    M/D/c queue (Allen-Cunneen: Erlang C x (1 + 0) / 2 for Poisson arrivals and a fixed
-    request size) with c slots and service time S(c): a request waits only while all c
-    slots are held, and then every holder's request time is the full batch's (with S(N)
-    a compute-bound replica, whose throughput N / S(N) has levelled off, would keep N
-    well below c at a rate just under capacity and hardly queue); and, on GPUs, waiting
-    for the prefill (chunked prefill takes waiting prompts first come, first served
-    within the step's token budget): M/D/1 on the prefill time (Pollaczek-Khinchine).
-    Returns (batch, TTFT at the batch, TPOT, queue seconds, capacity of all replicas
-    in requests/s). SimEngineError naming the capacity when the rate reaches it.
-    """
-    rate = total_rate / replicas
-    c = max(1, math.floor(slots))
-    full = at(float(c))[2]
-    capacity = c / full
-    if prefill > 0:
-        capacity = min(capacity, 1.0 / prefill)
-    if rate >= capacity:
-        raise SimEngineError(
-            f"rate_per_second {total_rate:.4g} is at or above capacity: the deployment serves "
-            f"at most {capacity * replicas:.4g} requests/s ({replicas} replica(s) x "
-            f"{capacity:.4g}, {c} slots each)"
-        )
-    lo, hi = 0.0, float(c)
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if rate * at(max(1.0, mid))[2] > mid:
-            lo = mid
-        else:
-            hi = mid
-    n = hi
-    batch = max(1.0, n)
-    ttft, tpot, _ = at(batch)
-    slot_wait = wait_estimate(c, rate, 1.0 / full, 1.0, 0.0).mean_wait
-    prefill_wait = wait_estimate(1, rate, 1.0 / prefill, 1.0, 0.0).mean_wait if prefill > 0 else 0.0
-    return n, ttft, tpot, slot_wait + prefill_wait, capacity * replicas

@@ -21,7 +21,7 @@ parallelism (TensorRT-LLM's ``enable_attention_dp``, "DEP"; SGLang's
 tp/ep sizes, so it is never inferred: ``attention_data_parallel: true`` states it
 (:func:`simengine.parallel.attention_dp_weight_bytes`). ``disaggregated_prefill: true``
 says prompts are prefilled on other GPUs and the replica only decodes
-(:func:`simengine.perf.serving_point`). ``speculative`` is false, true (the hardware's production
+(:func:`simengine.serving.serving_point`). ``speculative`` is false, true (the hardware's production
 method) or ``{"method", "draft_tokens", "acceptance"}`` (:mod:`simengine.speculative`);
 omitted, it is how the hardware is served in production (cs-3: on; GPUs: off).
 ``output_tokens_cv`` states how the output lengths spread (std / mean; default 0, the
@@ -55,7 +55,8 @@ from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import longest_output
 from .params import DEFAULT_PARAMS, EngineParams
-from .perf import Deployment, serving_point
+from .served import Deployment
+from .serving import serving_point
 from .speculative import production_default, resolve
 
 # Bytes per value of the data types a spec may name.

@@ -1,5 +1,5 @@
 """Attention-DP ranks in lockstep: a rank prefilling holds the others (issue 28, eleventh
-round; simengine.parallel.attention_dp_idle, simengine.perf._carried).
+round; simengine.parallel.attention_dp_idle, simengine.prefill.carried).
 
 Under attention data parallelism the ranks meet at every MoE layer's all-to-all, so a
 step lasts as long as its busiest rank (TensorRT-LLM tech blog 10, "ADP Balance
@@ -24,9 +24,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simengine import DEFAULT_PARAMS, Deployment, SimEngineError, perf
+from simengine import DEFAULT_PARAMS, Deployment, SimEngineError, kv, perf
 from simengine.parallel import attention_dp_idle, attention_dp_in_phase
+from simengine.prefill import carried, prefill_parts, prefill_seconds, rank_local_seconds
 from simengine.spec import model_from_spec, predict_spec
+from simengine.step import ATTENTION_MATH_BYTES
 
 from .test_simengine_dataparallel import DEEPSEEK, DEP8
 from .test_simengine_kv import LLAMA_8B
@@ -65,9 +67,9 @@ def test_only_unbalanced_attention_dp_waits_for_a_prefilling_rank():
     batch, prompt, out = 1024.0, 1000.0, 1000.0
     rate = (batch - 1.0) / out  # prompts starting per generated token of a stream
 
-    def carried(s):
-        side = perf._prefill_parts(s, prompt, 0.0)[1]
-        return perf._carried(s, batch, rate, prompt, side)
+    def cost(s):
+        side = prefill_parts(s, prompt, 0.0)[1]
+        return carried(s, batch, rate, prompt, side)
 
     tp = _served(batch)
     even = _served(batch, attention_data_parallel=True, attention_dp_balance=True)
@@ -75,19 +77,19 @@ def test_only_unbalanced_attention_dp_waits_for_a_prefilling_rank():
     # Balanced: the even spread the engine already charged (the same formula as attention
     # TP's carried prompts, at the DP deployment's own step).
     prompts = rate * prompt
-    unit = min(perf.kv.prompt_chunk(prompts, prompt, even.knobs.chunk_tokens), prompt)
+    unit = min(kv.prompt_chunk(prompts, prompt, even.knobs.chunk_tokens), prompt)
     idle = attention_dp_idle(prompts / unit, 8)
     assert idle > 0
-    wait = idle * perf._rank_local_seconds(held, unit)
-    assert carried(held) == pytest.approx(carried(even) + wait, rel=1e-12)
+    wait = idle * rank_local_seconds(held, unit)
+    assert cost(held) == pytest.approx(cost(even) + wait, rel=1e-12)
     # The wait is one GPU doing a prompt's attention and non-expert GEMMs while seven wait:
     # here about one prompt per step (1,023 prompts of 1,000 tokens per 1,000 steps).
     assert prompts / unit == pytest.approx(1.023)
-    assert wait == pytest.approx((8 - 1.023) * perf._rank_local_seconds(held, 1000.0))
-    assert carried(tp) != carried(held)  # attention TP: no ranks to wait for (other terms)
+    assert wait == pytest.approx((8 - 1.023) * rank_local_seconds(held, 1000.0))
+    assert cost(tp) != cost(held)  # attention TP: no ranks to wait for (other terms)
     tp_idle = dataclasses.replace(tp.deployment, attention_dp_balance=False)
-    assert perf._carried(dataclasses.replace(tp, deployment=tp_idle), batch, rate, prompt,
-                         perf._prefill_parts(tp, prompt, 0.0)[1]) == carried(tp)  # fmt: skip
+    assert carried(dataclasses.replace(tp, deployment=tp_idle), batch, rate, prompt,
+                         prefill_parts(tp, prompt, 0.0)[1]) == cost(tp)  # fmt: skip
 
 
 def test_rank_local_work_is_the_non_expert_gemms_and_the_prompts_attention():
@@ -96,11 +98,11 @@ def test_rank_local_work_is_the_non_expert_gemms_and_the_prompts_attention():
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
     n = 800.0
     gemm = 2 * non_expert * n / hw.peak_flops(m.attention_bytes_per_param)
-    attn = 2 * m.layers * m.attention_width * n * n / hw.peak_flops(perf.ATTENTION_MATH_BYTES)
-    assert perf._rank_local_seconds(s, n) == pytest.approx((gemm + attn) / (8 * s.knobs.eta_flop))
+    attn = 2 * m.layers * m.attention_width * n * n / hw.peak_flops(ATTENTION_MATH_BYTES)
+    assert rank_local_seconds(s, n) == pytest.approx((gemm + attn) / (8 * s.knobs.eta_flop))
     # Experts stay spread over the group: far less than the prompt's whole prefill.
-    alone = perf._prefill_seconds(s, n, 0.0)
-    assert perf._rank_local_seconds(s, n) < alone
+    alone = prefill_seconds(s, n, 0.0)
+    assert rank_local_seconds(s, n) < alone
 
 
 def test_wait_per_prompt_falls_as_prompts_per_step_reach_the_ranks():

@@ -21,8 +21,8 @@ import pytest
 
 from simengine import SimEngineError
 from simengine.hardware import HARDWARE
-from simengine.perf import ATTENTION_MATH_BYTES, _decode_step_line
 from simengine.spec import model_from_spec, predict_spec
+from simengine.step import ATTENTION_MATH_BYTES, decode_step_line
 
 from .test_simengine_dataparallel import DEEPSEEK  # DeepSeek-V3/R1's shape, FP8, MLA
 
@@ -34,7 +34,7 @@ QWEN3_30B = {
 
 
 def _line(model, device="b200", batch=512.0, tp=1):
-    return _decode_step_line(
+    return decode_step_line(
         model, HARDWARE[device], batch=batch, other_context_tokens=2000.0, tensor_parallel=tp,
         pipeline_stages=1, eta_mem=1.0, eta_flop=1.0, allreduce_base=0.0,
         activation_bytes=2.0,

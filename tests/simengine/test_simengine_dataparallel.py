@@ -22,8 +22,10 @@ from simengine.hardware import HARDWARE
 from simengine.kv import KV_PAGE_TOKENS
 from simengine.moe import compute_peak
 from simengine.parallel import attention_dp_batch_cap, attention_dp_weight_bytes
-from simengine.perf import ATTENTION_MATH_BYTES, Deployment, serving_point
+from simengine.served import Deployment
+from simengine.serving import serving_point
 from simengine.spec import model_from_spec, predict_spec
+from simengine.step import ATTENTION_MATH_BYTES
 
 from .test_simengine_kv import LLAMA_8B
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from simengine import DEFAULT_PARAMS, SimEngineError
-from simengine.perf import software_era
+from simengine.eras import software_era
 from simengine.spec import predict_spec
 
 LLAMA_70B = {

@@ -9,7 +9,7 @@ Each piece isolated:
 * attention data parallelism runs one scheduler per rank, each over its own requests;
 * a large model's step is longer than the host's work at any batch the KV cache holds,
   so nothing changes for it;
-* the summed and scheduled forms of a step (``_StepLine.weighted_sum``, the finite
+* the summed and scheduled forms of a step (``StepLine.weighted_sum``, the finite
   run's per-batch-size timing) agree with the step evaluated point by point.
 """
 
@@ -20,10 +20,11 @@ import math
 import numpy as np
 import pytest
 
-from simengine import offline, perf
+from simengine import offline, perf, serving
 from simengine.host import host_param, host_step_seconds
 from simengine.params import DEFAULT_PARAMS
 from simengine.spec import model_from_spec, predict_spec
+from simengine.step import Points, StepLine
 
 from .test_simengine_kv import LLAMA_8B
 
@@ -50,7 +51,7 @@ def test_host_step_is_the_requests_over_the_schedulers():
     assert host_step_seconds(2e-5, 1000) == pytest.approx(0.02)
     assert host_step_seconds(2e-5, 1000, schedulers=4) == pytest.approx(0.005)
     assert host_step_seconds(2e-5, 1000, schedulers=0) == pytest.approx(0.02)
-    line = perf._StepLine(0.01, 0.0, 0.0, 0.0, 0.0, floor=0.02)
+    line = StepLine(0.01, 0.0, 0.0, 0.0, 0.0, floor=0.02)
     assert line.at(5.0) == 0.02 and line._replace(mem0=0.03).at(5.0) == 0.03
     assert line.at(np.array([1.0, 2.0])).tolist() == [0.02, 0.02]
 
@@ -117,12 +118,12 @@ def test_weighted_sum_with_a_host_floor_equals_the_sum_point_by_point(seed):
         m1 = rng.uniform(1e-9, 1e-7)
         f1 = rng.choice([m1, rng.uniform(1e-9, 1e-7), 0.0])
         fixed = rng.uniform(0, 1e-3)
-        line = perf._StepLine(m0, m1, f0, f1, fixed)
+        line = StepLine(m0, m1, f0, f1, fixed)
         mid = float(line.at(x[x.size // 2]))
         floor = rng.choice([0.0, 1e-6, mid, rng.uniform(0.0, 2 * mid), 1.0])
         line = line._replace(floor=float(floor))
         direct = math.fsum((w * line.at(x)).tolist())
-        got = line.weighted_sum(perf._Points.of(x, w))
+        got = line.weighted_sum(Points.of(x, w))
         assert got == pytest.approx(direct, rel=1e-9, abs=1e-15)
 
 
@@ -148,7 +149,7 @@ def test_a_finite_run_scheduled_then_timed_matches_the_step_event_by_event():
     floors = [perf._token_line(s, b, 300.0).floor for b in (1024.0, 200.0)]
     assert floors[0] > perf._token_line(s, 1024.0, 300.0)._replace(floor=0.0).at(300.0)
     assert floors[1] < floors[0]
-    run = perf._offline_run(s, 1500, 200, 200, 0.0, None, 1024, 0.0, 0.0)
+    run = serving.offline_run(s, 1500, 200, 200, 0.0, None, 1024, 0.0, 0.0)
     assert run.seconds == pytest.approx(one.seconds, rel=1e-9)
     assert step(1024.0, 300.0) == pytest.approx(step_one(1024.0, 300.0), rel=1e-9)
 

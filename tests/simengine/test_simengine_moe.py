@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simengine import DEFAULT_PARAMS, HARDWARE, Deployment, SimEngineError, perf, placement
+from simengine import DEFAULT_PARAMS, HARDWARE, Deployment, SimEngineError, perf, placement, wafer
 from simengine.moe import all_to_all_seconds, expert_sizes, experts_touched, wafer_expert_hops
 from simengine.spec import model_from_spec, parse_spec, predict_spec
 
@@ -138,7 +138,7 @@ def test_a_trillion_parameter_moe_on_wafers_pays_two_expert_hops_per_layer():
     # each of its 61 layers sends the token to the wafers holding its experts and back.
     s = _wafer_served(KIMI)
     assert s.place.pipeline_stages > 20
-    hops = perf._wafer_moe(s)
+    hops = wafer.expert_hop_seconds(s)
     assert hops == pytest.approx(
         wafer_expert_hops(61, 8, 7168, 2.0, hop_latency=1e-6, link_bandwidth=150e9)
     )
@@ -147,10 +147,10 @@ def test_a_trillion_parameter_moe_on_wafers_pays_two_expert_hops_per_layer():
     small = {**KIMI, "name": "small-moe", "params_b": 20, "active_params_b": 3.6, "experts": 32,
              "experts_per_token": 4, "layers": 24, "hidden": 2880, "dtype": "fp8"}  # fmt: skip
     assert _wafer_served(small).place.pipeline_stages == 1
-    assert perf._wafer_moe(_wafer_served(small)) == 0.0
+    assert wafer.expert_hop_seconds(_wafer_served(small)) == 0.0
     dense = {"name": "qwen3-32b", "layers": 64, "hidden": 5120, "heads": 64, "kv_heads": 8,
              "head_dim": 128, "params_b": 32.8}  # fmt: skip
-    assert perf._wafer_moe(_wafer_served(dense)) == 0.0
+    assert wafer.expert_hop_seconds(_wafer_served(dense)) == 0.0
 
 
 def test_an_moe_layer_larger_than_a_wafer_spreads_its_experts_over_wafers():
@@ -159,7 +159,7 @@ def test_an_moe_layer_larger_than_a_wafer_spreads_its_experts_over_wafers():
     giant = {**KIMI, "name": "giant-moe", "params_b": 2000, "active_params_b": 60, "layers": 30}
     s = _wafer_served(giant)
     assert s.place.pipeline_stages > 30
-    assert perf._wafer_moe(s) > 0
+    assert wafer.expert_hop_seconds(s) > 0
     dense = {k: v for k, v in giant.items() if "expert" not in k}
     dense["active_params_b"] = 2000
     with pytest.raises(SimEngineError, match="one layer needs"):

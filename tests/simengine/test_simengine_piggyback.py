@@ -1,8 +1,8 @@
-"""Chunked prefill piggybacks on the decode steps (simengine.perf._carried; issue 28,
+"""Chunked prefill piggybacks on the decode steps (simengine.prefill.carried; issue 28,
 tenth round).
 
 Each piece isolated, against the roofline terms the engine already has
-(the deployment's ``moe.GemmLine``, ``perf._prefill_parts``):
+(the deployment's ``moe.GemmLine``, ``prefill_parts``):
 
 * the deployment's GEMM line is the weights the step's tokens touch or their FLOPs;
 * a memory-bound decode step does a small prompt chunk's GEMM FLOPs in the time it
@@ -26,6 +26,7 @@ import pytest
 from simengine import DEFAULT_PARAMS, Deployment, offline, perf
 from simengine.kv import prompt_chunk
 from simengine.moe import gemm_line, step_active_params, step_weight_bytes
+from simengine.prefill import carried, interference, prefill_parts
 from simengine.spec import model_from_spec
 
 from .test_simengine_host import SMALL_MOE
@@ -74,9 +75,9 @@ def test_a_memory_bound_step_hides_a_small_chunks_gemms_under_its_weight_read():
     # tokens are 15 prompt tokens a step, taken whole (100 tokens) on 15 % of the steps.
     s = _served(LLAMA_70B_BF16, "h100", 2, 16.0)
     assert _gemm(s, 16.0 + 100.0) == pytest.approx(_weights_only(s, 16.0), rel=1e-12)
-    prefill, side = perf._prefill_parts(s, 100, 0)
+    prefill, side = prefill_parts(s, 100, 0)
     rate = 15 / 100
-    extra = perf._interference(s, 16.0, side, 100, 100)
+    extra = interference(s, 16.0, side, 100, 100)
     assert extra == pytest.approx(rate * side, rel=1e-12)  # only attention and collectives
     assert extra < 0.5 * rate * prefill  # the former additive rule charged the whole prefill
     assert side < prefill
@@ -88,8 +89,8 @@ def test_a_compute_bound_step_pays_the_whole_prefill():
     # prefill as before (t_flop + collectives; the same active parameters for a dense model).
     s = _served(LLAMA_8B, "h100", 1, 2048.0)
     assert _gemm(s, 2048.0) > 2 * _weights_only(s, 2048.0)
-    prefill, side = perf._prefill_parts(s, 1000, 0)
-    extra = perf._interference(s, 2048.0, side, 1000, 1000)
+    prefill, side = prefill_parts(s, 1000, 0)
+    extra = interference(s, 2048.0, side, 1000, 1000)
     assert extra == pytest.approx(2047 / 1000 * prefill, rel=1e-9)
 
 
@@ -100,11 +101,11 @@ def test_prompts_too_few_for_every_step_ride_whole_on_some_steps():
     assert prompt_chunk(50.0, 500.0, 2048.0) == 500.0
     assert prompt_chunk(5000.0, 8000.0, 2048.0) == 5000.0  # more than the budget: every step
     assert prompt_chunk(50.0, 8000.0, 2048.0) == 2048.0  # a long prompt: budget-sized chunks
-    side = perf._prefill_parts(s, 500, 0)[1]
-    carried = perf._carried(s, 64.0, 0.1, 500.0, side)
+    side = prefill_parts(s, 500, 0)[1]
+    cost = carried(s, 64.0, 0.1, 500.0, side)
     grow = _gemm(s, 64.0 + 500.0) - _gemm(s, 64.0)
     assert grow > 0
-    assert carried == pytest.approx(0.1 * grow + 0.1 * side, rel=1e-12)
+    assert cost == pytest.approx(0.1 * grow + 0.1 * side, rel=1e-12)
 
 
 def test_an_moe_chunk_reads_the_experts_the_batch_left_untouched():
@@ -113,8 +114,8 @@ def test_an_moe_chunk_reads_the_experts_the_batch_left_untouched():
     # are far below the read: the chunk costs more than its attention and collectives.
     s = _served(SMALL_MOE, "b200", 1, 4.0)
     assert _weights_only(s, 4.0) < 0.5 * _weights_only(s, 4.0 + 1000.0)
-    side = perf._prefill_parts(s, 1000, 0)[1]
-    extra = perf._interference(s, 4.0, side, 1000, 100)
+    side = prefill_parts(s, 1000, 0)[1]
+    extra = interference(s, 4.0, side, 1000, 100)
     assert extra > 3 / 100 * side * 1.5
     assert extra == pytest.approx(
         3 / 100 * (_gemm(s, 1004.0) - _gemm(s, 4.0)) + 3 / 100 * side, rel=1e-12
@@ -126,12 +127,12 @@ def test_a_pipeline_stage_carries_its_share_on_a_micro_batch_step():
     # its attention and collectives, on the step of a micro-batch of half the streams.
     s = _served(LLAMA_70B_BF16, "h100", 4, 64.0, pipeline_parallel=2)
     assert s.place.pipeline_stages == 2
-    side = perf._prefill_parts(s, 2000, 0)[1]
+    side = prefill_parts(s, 2000, 0)[1]
     rate = 63 / 200
     prompt = rate * 2000 / 2  # prompt tokens per micro-batch step
     chunk = prompt_chunk(prompt, 2000, s.knobs.chunk_tokens)
     want = prompt / chunk * (_gemm(s, 32.0 + chunk) - _gemm(s, 32.0)) + rate * side / 2
-    assert perf._interference(s, 64.0, side, 2000, 200) == pytest.approx(want, rel=1e-12)
+    assert interference(s, 64.0, side, 2000, 200) == pytest.approx(want, rel=1e-12)
 
 
 def test_the_finite_runs_per_interval_carry_equals_a_flat_cost_when_it_is_one():
@@ -160,8 +161,8 @@ def former_rule(model: dict, hardware: str, devices: int, got: dict, inp: int, o
     for a prediction ``got`` of ``devices`` x ``hardware``, from the engine's own parts."""
     b = got["batch"]
     s = _served(model, hardware, devices, b)
-    prefill, side = perf._prefill_parts(s, inp, 0)
-    now = perf._interference(s, b, side, inp, out)
+    prefill, side = prefill_parts(s, inp, 0)
+    now = interference(s, b, side, inp, out)
     former = (b - 1) * prefill / out
     return now, former, got["time_per_output_token_seconds"] - now + former
 
@@ -178,6 +179,6 @@ def test_piggybacking_raises_a_memory_bound_replicas_throughput():
     b = got["batch"]  # what the KV cache holds beside 141 GB of weights
     assert 1 < b < 16
     extra, _, additive = former_rule(LLAMA_70B_BF16, "h100", 2, got, 2000, 200)
-    side = perf._prefill_parts(_served(LLAMA_70B_BF16, "h100", 2, b), 2000, 0)[1]
+    side = prefill_parts(_served(LLAMA_70B_BF16, "h100", 2, b), 2000, 0)[1]
     assert got["time_per_output_token_seconds"] < additive
     assert extra >= (b - 1) / 200 * side

@@ -1,7 +1,7 @@
 """The service profile vectorised over turns equals a plain per-turn loop (issue 16).
 
 The reference below is the engine's former per-turn loop, written with the scalar forms
-of the same formulas (_prefill_parts, _token_seconds, _decode_span_seconds, _chunks);
+of the same formulas (prefill_parts, _token_seconds, _decode_span_seconds, _chunks);
 predict() builds a numpy turn table and sums the per-token time over it in O(log turns)
 per decode batch. Both must agree to ~1e-12 relative on random tasks, models and
 deployments (GPU and wafer, prompt caching on and off, 1..200 turns, loads or none).
@@ -26,6 +26,8 @@ from simengine import (
     perf,
     predict,
 )
+from simengine.prefill import interference, prefill_parts
+from simengine.step import Points, StepLine
 
 from .conftest import CATALOG
 
@@ -54,9 +56,9 @@ def reference(model, deployment, task, load, params):
         new_input = task.input_tokens if k == 0 else tool[k]
         cached, new = (context, new_input) if task.prompt_caching else (0, context + new_input)
         context += new_input
-        turns.append((new, cached, context, *perf._prefill_parts(s, new, cached)))
+        turns.append((new, cached, context, *prefill_parts(s, new, cached)))
         context += outputs[k]
-    extra = perf._interference(
+    extra = interference(
         s,
         s.batch,
         sum(t[4] for t in turns) / task.turns,
@@ -142,9 +144,9 @@ def test_weighted_sum_equals_the_sum_point_by_point(seed):
         m0, f0 = rng.uniform(1e-4, 1e-2, 2)
         m1 = rng.uniform(1e-9, 1e-7)
         f1 = rng.choice([m1, rng.uniform(1e-9, 1e-7)])
-        line = perf._StepLine(m0, m1, f0, f1, rng.uniform(0, 1e-3))
+        line = StepLine(m0, m1, f0, f1, rng.uniform(0, 1e-3))
         direct = math.fsum((w * line.at(x)).tolist())
-        assert _close(line.weighted_sum(perf._Points.of(x, w)), direct)
+        assert _close(line.weighted_sum(Points.of(x, w)), direct)
 
 
 def _without_turns(pred) -> dict:

@@ -1,0 +1,157 @@
+"""Prefill on a served deployment, and chunked prefill riding the decode steps.
+
+A prompt's prefill is compute-bound: its weight GEMMs at the weights' tensor-core rate
+and its causal attention at the 16-bit rate, over the tensor-parallel group, plus its
+collectives (:func:`prefill_parts`). On GPUs the other streams' prompts ride the decode
+steps in chunks (Sarathi-Serve's decode-maximal batching, as vLLM, TensorRT-LLM and
+SGLang schedule them): a chunk's GEMMs share the step's weight read, so a memory-bound
+step hides them and only the rest lengthens it (:func:`carried`, :func:`interference`);
+under attention data parallelism a prompt's rank-local work can hold the other ranks
+(:func:`rank_local_seconds`, :func:`simengine.parallel.attention_dp_idle`). On wafers
+chunks stream through the pipeline.
+
+``s``: a served deployment (:mod:`simengine.perf`, ``_serve``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kv
+from .moe import attention_peak, compute_peak, moe_collectives_seconds, step_weight_bytes
+from .parallel import attention_dp_idle, pipeline_hops_seconds, pipeline_microbatch
+from .served import Served
+from .step import ATTENTION_MATH_BYTES, StepLine
+
+
+def prefill_seconds(s: Served, new, cached):
+    """Compute-bound prefill of ``new`` tokens after ``cached`` cached ones (numbers, or
+    arrays of them: one prefill per element)."""
+    return prefill_parts(s, new, cached)[0]
+
+
+def prefill_parts(s: Served, new, cached):
+    """(the prefill of ``new`` tokens after ``cached`` on its own, the part of it a decode
+    step cannot absorb when the prompt rides one: its attention and collectives; GPUs)
+    - numbers, or arrays of them. The rest of a prompt's time is its weight GEMMs, which
+    chunked prefill runs inside the decode steps' (:func:`carried`)."""
+    m, k = s.model, s.knobs
+    # Causal attention over the cached prefix and the new tokens themselves.
+    # The weight GEMMs at the weights' tensor-core rate, attention (2 L w (n^2 + 2 n c)
+    # over the attention width w) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
+    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
+    width = 2 * m.layers * m.attention_width
+    attention = width * (new * new + 2 * new * cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    if s.hw.kind == "wafer":
+        # Chunks stream through the pipeline: the busiest wafer sets the pace, then
+        # the last chunk crosses the pipeline once.
+        share = max(s.place.layers_per_stage) / m.layers
+        alone = (gemm + attention) * share / k.eta_flop + k.wafer_pass
+        return alone, alone
+    tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
+    t_flop = (gemm + attention) / (tp * k.eta_flop)
+    # Under attention data parallelism one GPU prefills a prompt with its own copy of the
+    # attention weights (the split's extra bytes) and no all-reduce.
+    split = s.attention
+    kv_read = split.kv_copies * m.kv_bytes(cached + new)
+    weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
+    t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
+    act = new * m.hidden_size * k.activation_bytes
+    t_comm = moe_collectives_seconds(
+        m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes
+    )
+    t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
+    side = attention / (tp * k.eta_flop) + t_comm
+    if isinstance(new, np.ndarray):
+        return np.maximum(t_flop, t_mem) + t_comm, side
+    return max(t_flop, t_mem) + t_comm, side
+
+
+def carried(s: Served, batch, rate, tokens, side):
+    """Seconds the other streams' prompts add to a stream's token (GPUs): ``rate``
+    prompts of ``tokens`` tokens start per generated token of a stream, each costing
+    ``side`` beyond its weight GEMMs (:func:`prefill_parts`). Numbers or arrays.
+
+    Chunked prefill piggybacks the prompts on the decode steps (Sarathi-Serve, Agrawal
+    et al., OSDI 2024: "decode-maximal batching"; vLLM, TensorRT-LLM and SGLang schedule
+    a step's prompt chunk with its decode tokens): the step's weight GEMMs take the
+    chunk's tokens with the batch's, reading the weights once, so a memory-bound decode
+    step (weights streamed while the tensor cores wait) does a chunk's GEMM FLOPs in the
+    time it spends reading anyway; only what exceeds that, and the chunk's attention and
+    collectives, lengthen it. A step carrying C prompt tokens beside b decode tokens
+    costs gemm(b + C) - gemm(b) more (the deployment's :class:`simengine.moe.GemmLine`,
+    the decode step's: an MoE's chunk also reads the experts the batch had not
+    touched). The P prompt tokens per step ride in chunks of C tokens on P / C of the
+    steps (:func:`simengine.kv.prompt_chunk`). When the decode step is compute-bound
+    this is the prompts' whole prefill, as before. A pipeline's stages each carry their
+    share (prompt tokens and attention / stages, on a micro-batch's step); a speculative
+    step yields E tokens per stream, so it carries E times the prompts per token. Under
+    attention data parallelism without the server's balancing, the other ranks also wait
+    for the rank holding a prompt (its attention and non-expert GEMMs on one GPU:
+    :func:`rank_local_seconds`, :func:`simengine.parallel.attention_dp_idle`).
+    """
+    k = s.knobs
+    spec = k.speculation
+    per_step = spec.tokens_per_step if spec is not None else 1.0
+    per_stream = spec.draft_tokens + 1 if spec is not None else 1
+    stages = s.place.pipeline_stages
+    if stages > 1:  # a micro-batch's step (parallel.pipeline_microbatch, for arrays too)
+        if isinstance(batch, np.ndarray):
+            batch = batch / np.minimum(batch, float(stages))
+        else:
+            batch = pipeline_microbatch(batch, stages)
+    prompt = rate * tokens * per_step / stages  # prompt tokens per step
+    chunk = kv.prompt_chunk(prompt, tokens, k.chunk_tokens)
+    base = batch * per_stream
+    grow = k.gemm.at(base + chunk) - k.gemm.at(base)
+    carried = (prompt / chunk) * grow / per_step + rate * side / stages
+    d = s.deployment
+    if d.attention_data_parallel:
+        # Attention DP: a prompt's rank-local work holds the other ranks at the next
+        # all-to-all unless the server balances (parallel.attention_dp_idle). The unit a
+        # rank takes is one prompt, or its piece when chunking splits it; a step's chunk
+        # can hold several prompts.
+        unit = np.minimum(chunk, tokens) if isinstance(chunk, np.ndarray) else min(chunk, tokens)
+        idle = attention_dp_idle(
+            prompt / unit, s.place.tensor_parallel or 1, d.attention_dp_balance
+        )
+        carried = carried + idle * rank_local_seconds(s, unit) / per_step
+    return carried
+
+
+def rank_local_seconds(s: Served, tokens):
+    """Seconds, at the replica's rate, of the work a prompt chunk of ``tokens`` tokens
+    does on its own attention-DP rank: its non-expert GEMMs (attention projections,
+    dense and shared-expert layers, at their tensor-core rate, moe.attention_peak) and
+    its causal attention over itself (the 16-bit rate); compute-bound, as a prompt's
+    GEMMs are."""
+    m, k = s.model, s.knobs
+    non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
+    gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
+    width = 2 * m.layers * m.attention_width
+    attention = width * tokens * tokens / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)
+
+
+def with_prefills(line: StepLine, extra: float) -> StepLine:
+    # The other streams' prefills (``extra`` per generated token, interference) run in
+    # the same steps as the decode, so they share a step with the host's work for it: a
+    # token takes max(GPU step + extra, host) = max(GPU step, host - extra) + extra.
+    if line.floor <= 0.0 or extra <= 0.0:
+        return line
+    return line._replace(floor=max(0.0, line.floor - extra))
+
+
+def interference(
+    s: Served, batch: float | None, side: float, prompt_tokens: float, mean_output: float
+) -> float:
+    # Chunked-prefill interference per generated token (none on wafers, or without a
+    # batch): the other B - 1 streams each start a prompt of ``prompt_tokens`` tokens
+    # (``side``: its attention and collectives, prefill_parts) every ``mean_output``
+    # tokens, and their chunks ride the decode steps (carried). A pipeline's stages
+    # prefill their own layers while the others work on other chunks or micro-batches,
+    # so a prompt holds each stage for its share (its TTFT still crosses every stage:
+    # prefill_seconds is the whole chain).
+    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
+        return 0.0
+    return carried(s, batch, (batch - 1.0) / mean_output, prompt_tokens, side)
