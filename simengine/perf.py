@@ -423,7 +423,7 @@ def _serve(
     served.p("t_layer" if hw.kind == "wafer" else "eta_mem")
     served = dataclasses.replace(
         served,
-        transport_costs=tuple(served._transport_from_params(n) for n in TRANSPORT_NAMES),
+        transport_costs=tuple(served.transport_from_params(n) for n in TRANSPORT_NAMES),
         attention=attention_split(
             model, place.tensor_parallel or 1, deployment.attention_data_parallel
         ),

@@ -25,12 +25,11 @@ from .speculative import Speculation
 from .step import StepLine
 
 TIERS: tuple[str, ...] = ("flex", "standard", "priority", "ultrafast")
-
-
 TRANSPORTS: tuple[str, ...] = ("reworked", "legacy")
 
 
 def positive_int(value: Any, name: str, minimum: int = 0) -> int:
+    """``value`` if it is an int (not a bool) of at least ``minimum``, else a clear error."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SimEngineError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -118,7 +117,7 @@ class Served:
     def transport(self, name: str) -> float:
         return self.transport_costs[TRANSPORT_NAMES.index(name)]
 
-    def _transport_from_params(self, name: str) -> float:
+    def transport_from_params(self, name: str) -> float:
         t = self.deployment.transport
         return self.params.get(f"transport:legacy:{name}") * self.params.get(
             f"transport:{t}:{name}_factor"
