@@ -19,7 +19,7 @@ max(GPU step, host work) (``simengine.perf``'s step line, ``simengine.offline``'
 finite run), and the prefills riding in a host-bound step cost nothing more; the part
 of the host work that stays exposed at any batch (kernel launches, the
 launch-to-finish sync) is in the GPU step's fixed overhead (params
-``gpu:step_overhead``). The host binds when the GPU step is short against the batch:
+``gpu:kernel_overhead`` per kernel the step launches, ``simengine.step.decode_kernels``). The host binds when the GPU step is short against the batch:
 a small-active model (a few billion active parameters) at hundreds to thousands of
 streams, above all on a slower host CPU.
 

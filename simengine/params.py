@@ -290,11 +290,17 @@ PRIORS: dict[str, Prior] = {
     "blackwell@2026.02:eta_decode_attention": Prior(
         0.55, 1.0, "logit", why="decode attention, Blackwell, 2026 software (deepseek-r1)"
     ),
-    # Fixed time of every GPU decode step outside the roofline: scheduling, sampling,
-    # kernel launches (vLLM / TensorRT-LLM profiles show a few ms). The prior is the
-    # value chosen with the NIM single-stream hold-out figure in view (disclosed in
-    # holdout.toml); the GPU points' single-stream figures fit it.
-    "gpu:step_overhead": Prior(2.0e-3, 0.7, why="per decode step (GPU points at batch 1)"),
+    # Time of each kernel a GPU decode step launches, outside the roofline: its launch-
+    # to-finish latency under CUDA graphs, however little the kernel does, so a step's
+    # fixed time grows with the kernels its layers launch (simengine.step,
+    # decode_kernels: 436 for gpt-oss-120b, 980 for DeepSeek-R1). Prior: 4 us, the
+    # middle of the "launch-and-latency floor of 3-5 us" a small decode kernel runs at on
+    # B200 in a CUDA graph (flashinfer-ai/flashinfer PR #5315, 2026-09). Until issue 28's
+    # thirteenth round this was one figure per step (gpu:step_overhead, prior 2 ms). The
+    # GPU points' single-stream figures (gpt-oss-120b at batch 1) fit it.
+    "gpu:kernel_overhead": Prior(
+        4.0e-6, 0.7, why="per kernel of a decode step (GPU points at batch 1)"
+    ),
     # The agent's per-turn term (server side, beyond TTFT and decode): re-prefill of the
     # context evicted while a tool runs, harness orchestration. GDP-Val pins it.
     "agent:turn_overhead": Prior(1.0, 1.0, why="per agent turn, not in TTFT"),

@@ -68,7 +68,7 @@ from .speculative import (
     gpu_drafter_seconds,
     method_default,
 )
-from .step import ATTENTION_MATH_BYTES, Points, StepLine, decode_step_line
+from .step import ATTENTION_MATH_BYTES, Points, StepLine, decode_kernels, decode_step_line
 from .wafer import pass_seconds, speculative_seconds
 
 # Anything above this is a typo or an attack, not a task (larger than any context window).
@@ -238,7 +238,8 @@ def _knobs(s: Served) -> Knobs:
             eta_attention=_decode_attention_efficiency(s, eta_flop),
             allreduce_base=get("gpu:allreduce_base"),
             activation_bytes=get("activation_bytes"),
-            step_overhead=get("gpu:step_overhead"),
+            # Every kernel of the step costs its launch-to-finish latency (step.py).
+            step_overhead=get("gpu:kernel_overhead") * decode_kernels(s.model),
             speculation=spec,
             tier_batch=get(f"tier:{s.deployment.tier}:batch"),
             chunk_tokens=get("gpu:prefill_chunk_tokens"),

@@ -136,7 +136,7 @@ class Knobs:
     eta_attention: float  # GPUs: decode attention's share of the 16-bit peak
     allreduce_base: float
     activation_bytes: float
-    step_overhead: float
+    step_overhead: float  # GPUs: the step's kernels x gpu:kernel_overhead
     speculation: Speculation | None  # speculative decoding (None: off)
     tier_batch: float | None  # GPUs: the tier's batch cap
     chunk_tokens: float | None  # GPUs: chunked-prefill chunk

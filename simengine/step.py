@@ -13,7 +13,8 @@ contexts in O(log n) (the finite runs of :mod:`simengine.offline`).
 
 :mod:`simengine.perf` builds a served deployment's line (its ``_token_line``) from
 :func:`decode_step_line`; :func:`decode_step_seconds` is the same step for explicit
-arguments.
+arguments. The step's fixed time outside the roofline is its kernels' own latency:
+:func:`decode_kernels` of them, ``gpu:kernel_overhead`` each (``perf._knobs``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,39 @@ from .parallel import AttentionSplit, attention_split, pipeline_hops_seconds
 # attention (FlashAttention-3) is opt-in, and no production server runs attention on the
 # 4-bit tensor cores. Bytes per value of that math, for HardwareProfile.peak_flops.
 ATTENTION_MATH_BYTES = 2.0
+
+
+# Kernels a decode step launches, one after another (CUDA graphs replay them; each still
+# costs its launch-to-finish latency, params ``gpu:kernel_overhead``, however little it
+# does). Per layer, as TensorRT-LLM's DeepSeek-R1 min-latency decode lays a layer out
+# (tech blog 1, "Pushing Latency Boundaries", 2025: "Everything in One Diagram", modules
+# 1-13; weights are concatenated there "to reduce kernel launch overhead"):
+# - attention, multi-head latent (MLA): the fused down-projection GEMM, the grouped Q/KV
+#   RMSNorm, the Q up-projection GEMM, the K up-projection batched GEMM, KV-cache append
+#   with RoPE, attention, the V up-projection batched GEMM, the output GEMM: 8;
+# - attention, grouped-query or multi-head: QKV GEMM, KV-cache append with RoPE,
+#   attention, output GEMM: 4;
+# - mixture of experts: router GEMM, top-k, the experts' two grouped GEMMs with the
+#   activation between them, the final reduction: 6 (shared experts run on a second
+#   stream, overlapped with the routed ones: none added);
+# - dense feed-forward: gate/up GEMM, activation (with the next GEMM's quantization),
+#   down GEMM: 3;
+# - the layer's two residual-add RMSNorms (fused with the tensor-parallel all-reduce
+#   when there is one; the all-reduces' own time is simengine.parallel's): 2.
+# Per step: embedding, final norm, LM head, sampling: 4.
+KERNELS_ATTENTION_LATENT = 8
+KERNELS_ATTENTION = 4
+KERNELS_MOE = 6
+KERNELS_DENSE_FFN = 3
+KERNELS_NORMS = 2
+KERNELS_PER_STEP = 4
+
+
+def decode_kernels(model: ModelSpec) -> int:
+    """Kernels one decode step of ``model`` launches (a drafter pass: its depth share)."""
+    attention = KERNELS_ATTENTION_LATENT if model.latent_cache else KERNELS_ATTENTION
+    ffn = KERNELS_MOE if model.experts else KERNELS_DENSE_FFN
+    return model.layers * (attention + ffn + KERNELS_NORMS) + KERNELS_PER_STEP
 
 
 def decode_step_seconds(

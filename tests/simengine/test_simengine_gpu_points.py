@@ -1,4 +1,4 @@
-"""The GPU calibration points: what the GPU tensor-core efficiency and the step overhead
+"""The GPU calibration points: what the GPU tensor-core efficiency and the kernel overhead
 are fitted to, kept apart from every hold-out figure, and actually moving the fit.
 
 No test here asserts the hold-outs' error (the calibration tests check the fitted points
@@ -33,7 +33,7 @@ DECODE_ATTENTION = (
     "blackwell@2025.04:eta_decode_attention",
     "blackwell@2026.02:eta_decode_attention",
 )
-GPU_KNOBS = (*ETA_FLOP, *DECODE_ATTENTION, "gpu:step_overhead")
+GPU_KNOBS = (*ETA_FLOP, *DECODE_ATTENTION, "gpu:kernel_overhead")
 FITTED = [p for p in GPU_POINTS if p.get("fit", True)]
 
 
@@ -120,7 +120,7 @@ def test_run_shapes_set_the_engines_completion_times_beside_the_logs():
     assert dense and all(abs(r.ratio - 1) < 0.10 for r in dense)
 
 
-def test_tensor_core_efficiency_and_step_overhead_are_fitted_hbm_efficiency_fixed():
+def test_tensor_core_efficiency_and_kernel_overhead_are_fitted_hbm_efficiency_fixed():
     for name in GPU_KNOBS:
         assert name in PRIORS and name not in FIXED_VALUES
     # The points do not determine the HBM efficiency (rank check): it stays fixed.
@@ -141,12 +141,12 @@ def test_the_points_determine_the_gpu_knobs(fitted):
         assert rows[name].data_share > 0.5, rows[name]
     for name in (*ETA_FLOP, *DECODE_ATTENTION):
         assert 0.1 <= fitted.params.get(name) <= 1.0
-    assert 0.2e-3 <= fitted.params.get("gpu:step_overhead") <= 10e-3
+    assert 0.5e-6 <= fitted.params.get("gpu:kernel_overhead") <= 20e-6
 
 
 def test_a_point_moves_the_fit(sol, spark, fitted):
     # The fit reads the points: GPU serving figures published twice as fast pull the
-    # tensor-core efficiency of both generations up and the step overhead down.
+    # tensor-core efficiency of both generations up and the kernel overhead down.
     targets = [
         dataclasses.replace(t, low=2 * t.low, high=2 * t.high) if t.group == "gpu" else t
         for t in default_targets()
@@ -154,7 +154,7 @@ def test_a_point_moves_the_fit(sol, spark, fitted):
     faster = calibration.calibrate(targets, sol=sol, spark=spark, start=fitted.params)
     for name in (*ETA_FLOP, *DECODE_ATTENTION):
         assert faster.params.get(name) > fitted.params.get(name)
-    assert faster.params.get("gpu:step_overhead") < fitted.params.get("gpu:step_overhead")
+    assert faster.params.get("gpu:kernel_overhead") < fitted.params.get("gpu:kernel_overhead")
 
 
 def test_loader_rejects_duplicates_wafers_and_missing_fields(tmp_path):
