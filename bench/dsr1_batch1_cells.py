@@ -1,4 +1,4 @@
-"""DeepSeek-R1 decode at batch 1 on 8 GPUs, as three public sources measured it (issue 28).
+"""DeepSeek-R1 decode at batch 1 (and 8) on 4-8 GPUs, as three sources measured it (issue 28).
 
 Usage: .venv/bin/python bench/dsr1_batch1_cells.py
 
@@ -16,7 +16,8 @@ a hold-out figure, and nothing is fitted to them:
 * NVIDIA/TensorRT-LLM pull request #14810 (AutoDeploy, 2026-07): DeepSeek-R1 NVFP4 on
   4x B200 at concurrency 1, 1K / 1K: 120 tok/s.
 * TensorRT-LLM tech blog 1 ("Pushing Latency Boundaries", 2025): 111 tok/s per user
-  on 8x B200 without MTP, its fully optimised min-latency stack (TP8, mixed EP). The
+  on 8x B200 without MTP, its fully optimised min-latency stack (TP8 attention, experts
+  TP4 x EP2, which a spec cannot state: EP8 here). The
   same document describes the own hold-out row nv-dsr1-b200-c1-tpsuser's scenario, so
   it is printed here, never fitted; its module list is where decode_kernels' counts
   per layer come from.
