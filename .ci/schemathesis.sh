@@ -9,7 +9,8 @@
 #   2. stateful: the OpenAPI links between operations (quote -> job; create a job, file
 #      or batch, then read, cancel or delete it; a file -> its batch and content), for
 #      FUZZ_STATEFUL_SECONDS (default 60). It prints the links it covered ("API Links:
-#      N covered / M selected"); fewer than FUZZ_MIN_LINKS (default 20) fails the step.
+#      N covered / M selected"); fewer than FUZZ_MIN_LINKS (default 20) runs it once
+#      more, and fewer again fails the step.
 # Every check runs (server errors, status codes, content types, headers, response
 # schemas, negative data rejected, positive data accepted, ...); any failure fails the
 # step. Reports (JUnit, and a pytest file reproducing failures) go to
@@ -79,14 +80,22 @@ echo "--- stateless: $EXAMPLES examples per operation"
 "$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases examples,coverage,fuzzing --max-examples "$EXAMPLES" \
   --report junit,pytest --report-junit-path "$REPORT_DIR/stateless.xml" \
   --report-pytest-path "$REPORT_DIR/stateless_repro.py" || status=1
-echo "--- stateful: at most $STATEFUL_SECONDS s, at least $MIN_LINKS links covered"
-"$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases stateful --max-time "$STATEFUL_SECONDS" \
-  --report junit,pytest --report-junit-path "$REPORT_DIR/stateful.xml" \
-  --report-pytest-path "$REPORT_DIR/stateful_repro.py" | tee "$work/stateful.out" || status=1
-# "API Links:    24 covered / 29 selected / 29 total (15 inferred)"
-covered=$(sed -n 's/^ *API Links: *\([0-9][0-9]*\) covered.*/\1/p' "$work/stateful.out" | tail -1)
-echo "--- stateful links covered: ${covered:-none} (at least $MIN_LINKS wanted)"
-if [[ -z $covered || $covered -lt $MIN_LINKS ]]; then
+# The stateful phase's coverage is a random walk: on rare runs it stays on one link for
+# its whole time budget (2 of 3 CI runs on 2026-12-06 covered 1 link where the same seed
+# rerun covered 36, and 8 local runs 35-39). A run under the minimum is run once more, on
+# a fresh seed unless FUZZ_SEED is set; both are printed, and the step fails when the
+# second also covers too few (a link the API lost fails both) or either fails a check.
+stateful() {
+  echo "--- stateful (attempt $1): at most $STATEFUL_SECONDS s, at least $MIN_LINKS links covered"
+  "$BIN/st" --config-file .ci/schemathesis.toml run "${common[@]}" --phases stateful --max-time "$STATEFUL_SECONDS" \
+    --report junit,pytest --report-junit-path "$REPORT_DIR/stateful.xml" \
+    --report-pytest-path "$REPORT_DIR/stateful_repro.py" | tee "$work/stateful.out" || status=1
+  # "API Links:    24 covered / 29 selected / 29 total (15 inferred)"
+  covered=$(sed -n 's/^ *API Links: *\([0-9][0-9]*\) covered.*/\1/p' "$work/stateful.out" | tail -1)
+  echo "--- stateful links covered (attempt $1): ${covered:-none} (at least $MIN_LINKS wanted)"
+  [[ -n $covered && $covered -ge $MIN_LINKS ]]
+}
+if ! stateful 1 && ! stateful 2; then
   status=1
 fi
 
