@@ -34,16 +34,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dsr1_guide_cells import B200_MODEL, R1  # noqa: E402  (the same DeepSeek-R1)
+
 from simengine.spec import predict_spec  # noqa: E402
 
-R1 = {
-    "name": "deepseek-r1", "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128,
-    "head_dim": 128, "params_b": 671.0, "active_params_b": 37.0, "experts": 256,
-    "experts_per_token": 8, "shared_experts": 1, "kv_bytes_per_token": 35136,
-    "kv_dtype": "fp8",
-}  # fmt: skip
-B200_MODEL = {**R1, "dtype": "nvfp4", "attention_dtype": "fp8"}
-H200_MODEL = {**R1, "dtype": "fp8"}
+# FP8 weights with the B200 rows' FP8 latent cache (the guide's H200 runs cache in BF16).
+H200_MODEL = {**R1, "kv_bytes_per_token": 35136, "dtype": "fp8", "kv_dtype": "fp8"}
 
 
 def _spec(hardware, model, *, ep=None, batch=1, devices=8, isl=1600, osl=600, software="2025-07"):
