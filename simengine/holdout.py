@@ -157,6 +157,7 @@ _NEW_TOP_FIELDS = (
     # hold-out was frozen; the old engine could state neither, so they drop like the rest.
     "attention_data_parallel",
     "attention_dp_balance",
+    "expert_load_balancer",
     "disaggregated_prefill",
     "output_tokens_cv",
     "offline_requests",
@@ -190,7 +191,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       larger than 8 GPUs cannot be stated: :class:`NotExpressible`. B200 stays the old
       192 GB profile (180 GB cannot be stated).
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
-      ``max_batch_size``, ``attention_data_parallel``, ``disaggregated_prefill``,
+      ``max_batch_size``, ``attention_data_parallel``, ``expert_load_balancer``,
+      ``disaggregated_prefill``,
       ``output_tokens_cv``, ``server``, ``kv_admission`` dropped; ``offline_requests`` N
       (a finite run, added to some figures after the hold-out was frozen) ->
       ``concurrency`` N, the steady-state form the frozen spec had.

@@ -22,6 +22,31 @@ scale-out network beyond it (~43-47 GB/s of 50 per 400 Gb/s NIC): latency per
 collective plus bytes over the fabric, twice per MoE layer. The experts' weights and
 FLOPs are then read by max(TP, P) GPUs at once.
 
+Expert load imbalance (GPUs, expert parallelism P > 1): routers do not spread tokens
+evenly; a few experts of each layer are hot, and the GPU holding them receives more of
+the batch's routed tokens than the mean, so every MoE layer waits for that busiest rank
+(its routed-expert GEMM FLOPs and the tokens its dispatch and combine carry). TensorRT-LLM
+measured it on DeepSeek-R1 (tech blog 4, "Scaling Expert Parallelism in TensorRT-LLM,
+part 1", Table 1: EP32, 8 experts a rank, 128 routed tokens an expert on average,
+without a load balancer): the busiest rank 1.564 above the mean (2.564 times it), the
+busiest expert 10.948 above it, averaged over layers and steps. Model
+(:func:`rank_load_factor`): an expert's load in one step is Poisson around a popularity
+drawn from a gamma law of coefficient of variation ``EXPERT_LOAD_CV``; a rank's load
+sums its E/P experts (a gamma law of CV^2 (1/lambda + cv^2) / (E/P), lambda = tokens
+k / E); the busiest of P ranks sits at Blom's expected normal maximum under the
+Wilson-Hilferty transform. ``EXPERT_LOAD_CV`` = 1.67 is the value for which this law
+gives the blog's 1.564 at its own setting (not fitted to any calibration point or
+hold-out figure); the same law then gives its busiest expert at 10.5 (measured 10.948). A server that balances the experts (DeepSeek's
+EPLB, SGLang's and TensorRT-LLM's balancers: hot experts replicated and placed by load)
+leaves each rank's load at a spread of ``EXPERT_LOAD_CV_BALANCED`` (the blog's Table 1
+with its balancer: 52.0 and 53.9 over a mean of 1,024 at EP32 and EP36, the busiest rank
+0.109 and 0.115 above the mean; this law gives 0.13) plus the routing's Poisson noise.
+Every server leaves it off unless configured (TensorRT-LLM's ``moe_config.load_balancer``,
+default None; SGLang's ``--enable-eplb``); the published wide-EP deployments configure it
+and MLPerf's DEP8 DeepSeek-R1 configs do not (NVIDIA's v5.1 ``deepseek-r1.py``: the WIDEEP
+backend without a balancer), so a deployment that does not say is balanced beyond one
+8-GPU group (``WIDE_EP``) and not within it (``Deployment.expert_load_balancer``).
+
 Wafers: an MoE whose weights span more than one wafer has each layer's experts on
 other wafers than the tokens that need them (expert-parallel over the replica's
 wafers), so each MoE layer is no longer a local pass: the token's activations travel
@@ -31,6 +56,9 @@ over the CS-3 I/O, each carrying k x hidden x activation bytes.
 
 from __future__ import annotations
 
+import functools
+import math
+from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
@@ -69,6 +97,77 @@ def experts_touched(experts: int, per_token: int, tokens):
     """Expected distinct routed experts a batch of ``tokens`` touches in one layer:
     E (1 - (1 - k/E)^B) (a number or an array)."""
     return experts * touched_fraction(per_token / experts, tokens)
+
+
+# Coefficient of variation of one layer's expert popularity within a step (DeepSeek-R1,
+# TensorRT-LLM tech blog 4, Table 1; see the module docstring for how it follows).
+EXPERT_LOAD_CV = 1.67
+# A balanced rank's load spread (the same table, with the balancer), and the widest
+# expert-parallel group served without one by default.
+EXPERT_LOAD_CV_BALANCED = 0.052
+WIDE_EP = 8
+
+
+@functools.lru_cache(maxsize=256)
+def _normal_max(n: int) -> float:
+    # Blom's approximation of the expected largest of n standard normal draws.
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def rank_load_factor(
+    tokens,
+    experts: int,
+    per_token: int,
+    ranks: int,
+    balanced: bool = False,
+    cv: float = EXPERT_LOAD_CV,
+):
+    """Busiest expert-parallel rank's routed tokens over the mean, for a step of ``tokens``
+    tokens (a number or an array) whose ``per_token`` of ``experts`` routed experts are
+    split over ``ranks`` GPUs: 1 without expert parallelism.
+
+    A rank's load is a gamma law of mean 1 and CV^2 v = (1/lambda + cv^2) / (E/P)
+    (lambda = tokens k / E routed tokens an expert; Poisson noise plus popularity skew),
+    or 1 / (lambda E/P) + ``EXPERT_LOAD_CV_BALANCED``^2 when a balancer placed them;
+    the busiest of P is (1 - v/9 + z_P sqrt(v/9))^3 (Wilson-Hilferty, z_P Blom's expected
+    normal maximum), held within [1, P] (the approximation fails for the tiny loads of a
+    few tokens, where the step reads weights and no FLOPs bind).
+    """
+    if ranks <= 1:
+        return 1.0
+    z = _normal_max(ranks)
+    lam = np.maximum(tokens, 1.0) * per_token / experts if isinstance(
+        tokens, np.ndarray) else max(tokens, 1.0) * per_token / experts  # fmt: skip
+    if balanced:
+        v = ranks / (lam * experts) + EXPERT_LOAD_CV_BALANCED**2
+    else:
+        v = (1.0 / lam + cv * cv) * ranks / experts
+    if isinstance(v, np.ndarray):
+        return np.clip((1.0 - v / 9.0 + z * np.sqrt(v / 9.0)) ** 3, 1.0, float(ranks))
+    f = (1.0 - v / 9.0 + z * math.sqrt(v / 9.0)) ** 3
+    return min(max(f, 1.0), float(ranks))
+
+
+def routed_flops_per_token(model, tensor_parallel: int = 1, expert_parallel: int = 1) -> float:
+    """FLOPs of one token's routed experts at the tensor-parallel group's rate (2 k e,
+    the group's share of them: :func:`expert_share`)."""
+    if not model.is_moe:
+        return 0.0
+    return (2.0 * model.expert_layout[1] * model.per_expert_params
+            * expert_share(model, tensor_parallel, expert_parallel))  # fmt: skip
+
+
+def imbalance_flops(
+    model, tokens, tensor_parallel: int, expert_parallel: int, balanced: bool = False
+):
+    """Routed-expert FLOPs the busiest expert-parallel rank does beyond the mean for a
+    step of ``tokens`` tokens, at the group's rate (:func:`rank_load_factor`); 0 without
+    expert parallelism."""
+    if expert_parallel <= 1 or not model.is_moe:
+        return 0.0
+    experts, k = model.expert_layout
+    factor = rank_load_factor(tokens, experts, k, expert_parallel, balanced)
+    return routed_flops_per_token(model, tensor_parallel, expert_parallel) * tokens * (factor - 1.0)
 
 
 def all_to_all_seconds(
@@ -117,6 +216,12 @@ def attention_peak(model, hw) -> float:
     return hw.mma_peak(model.attention_bytes_per_param, model.attention_activation_bytes)
 
 
+def expert_peak(model, hw) -> float:
+    """Dense peak FLOP/s of the experts' GEMMs: the tensor-core rate of their weights and
+    activations."""
+    return hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes)
+
+
 def compute_peak(model, hw) -> float:
     """Dense peak FLOP/s for a token's active parameters at their dtypes: the non-expert
     and expert shares of the active parameters each at the tensor-core rate of their
@@ -127,7 +232,7 @@ def compute_peak(model, hw) -> float:
     peak_a = attention_peak(model, hw)
     if not expert:
         return peak_a
-    peak_e = hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes)
+    peak_e = expert_peak(model, hw)
     if peak_e == peak_a:
         return peak_a
     return (non_expert + expert) / (non_expert / peak_a + expert / peak_e)
@@ -163,10 +268,16 @@ class GemmLine(NamedTuple):
     experts: float  # seconds to read every routed expert (at the group's share)
     share: float  # k / E
     per_token: float  # seconds of GEMM FLOPs per token
+    # Expert parallelism: seconds of one token's routed-expert FLOPs, and (E, k, P,
+    # balanced) for the busiest rank's excess (rank_load_factor); 0 / None without it.
+    routed: float = 0.0
+    skew: tuple[int, int, int, bool] | None = None
 
     def at(self, tokens):
         """Seconds for ``tokens`` tokens (a number or an array)."""
         flops = self.per_token * tokens
+        if self.routed:
+            flops = flops + self.routed * tokens * (rank_load_factor(tokens, *self.skew) - 1.0)
         read = self.always
         if self.experts:
             read = read + self.experts * touched_fraction(self.share, tokens)
@@ -182,22 +293,34 @@ def gemm_line(
     extra_weight_bytes: float,
     mem_rate: float,
     flop_rate: float,
+    routed_rate: float = 0.0,
+    balanced: bool = False,
 ) -> GemmLine:
     """A step's weight GEMMs on a group reading at ``mem_rate`` bytes/s and multiplying at
-    ``flop_rate`` FLOP/s (:class:`GemmLine`; the bytes are :func:`step_weight_bytes`')."""
+    ``flop_rate`` FLOP/s (:class:`GemmLine`; the bytes are :func:`step_weight_bytes`');
+    with expert parallelism the busiest rank's excess routed FLOPs run at ``routed_rate``
+    (the experts' tensor-core rate over the group; default ``flop_rate``); ``balanced``:
+    a balancer placed the experts."""
     experts = 0.0
     share = 0.0
+    routed_seconds, skew = 0.0, None
     if model.is_moe:
         routed, k = model.expert_layout
         share = k / routed
         full = model.expert_params * model.expert_bytes_per_param
         experts = full * expert_share(model, tensor_parallel, expert_parallel) / mem_rate
+        if expert_parallel > 1:
+            routed_seconds = (routed_flops_per_token(model, tensor_parallel, expert_parallel)
+                              / (routed_rate or flop_rate))  # fmt: skip
+            skew = (routed, k, expert_parallel, balanced)
     active = step_active_params(model, tensor_parallel, expert_parallel)
     return GemmLine(
         (model.always_read_bytes + extra_weight_bytes) / mem_rate,
         experts,
         share,
         2 * active / flop_rate,
+        routed_seconds,
+        skew,
     )
 
 
@@ -215,19 +338,24 @@ def moe_collectives_seconds(
     expert_parallel: int,
     base: float,
     activation_bytes: float,
+    balanced: bool = False,
 ):
     """Collectives of one step over all layers (``tokens``: a number or an array):
     tensor parallelism all-reduces twice per layer (attention and MLP/experts outputs,
     :func:`simengine.parallel.allreduce_seconds`); with expert parallelism the experts'
     all-reduce becomes a dispatch + combine all-to-all over the EP group, on NVLink
-    when the group fits the NVLink domain, else over the scale-out network."""
+    when the group fits the NVLink domain, else over the scale-out network, its bytes
+    the busiest rank's (:func:`rank_load_factor`; ``balanced``: a balancer placed the
+    experts)."""
     act = tokens * model.hidden_size * activation_bytes
     ar = allreduce_seconds(hw, act, tensor_parallel, base)
     if expert_parallel <= 1 or not model.is_moe:
         return 2 * model.layers * ar
     on_nvlink = expert_parallel <= hw.max_tensor_parallel
+    # The busiest rank receives and sends its excess of the routed tokens too.
+    experts, k = model.expert_layout
     a2a = all_to_all_seconds(
-        tokens,
+        tokens * rank_load_factor(tokens, experts, k, expert_parallel, balanced),
         model.expert_layout[1],
         model.hidden_size,
         activation_bytes,

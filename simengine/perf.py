@@ -49,6 +49,7 @@ from .kv import batch_at, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
     compute_peak,
+    expert_peak,
     gemm_line,
 )
 from .parallel import (
@@ -231,6 +232,8 @@ def _knobs(s: Served) -> Knobs:
             s.attention.extra_weight_bytes,
             tp * s.hw.memory_bandwidth * eta_mem,
             tp * compute_peak(s.model, s.hw) * eta_flop,
+            tp * expert_peak(s.model, s.hw) * eta_flop,
+            s.deployment.experts_balanced,
         )
         return Knobs(
             eta_mem=eta_mem,
@@ -325,6 +328,7 @@ def _token_line(s: Served, batch: float | None, other_context: float) -> StepLin
         activation_bytes=k.activation_bytes,
         tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
         expert_parallel=s.deployment.expert_parallel,
+        experts_balanced=s.deployment.experts_balanced,
         split=s.attention,
         eta_attention=k.eta_attention,
         gemm=k.gemm,

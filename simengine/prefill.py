@@ -18,7 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import kv
-from .moe import attention_peak, compute_peak, moe_collectives_seconds, step_weight_bytes
+from .moe import (
+    attention_peak,
+    compute_peak,
+    expert_peak,
+    imbalance_flops,
+    moe_collectives_seconds,
+    step_weight_bytes,
+)
 from .parallel import attention_dp_idle, pipeline_hops_seconds, pipeline_microbatch
 from .served import Served
 from .step import ATTENTION_MATH_BYTES, StepLine
@@ -49,6 +56,10 @@ def prefill_parts(s: Served, new, cached):
         alone = (gemm + attention) * share / k.eta_flop + k.wafer_pass
         return alone, alone
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
+    # Expert parallelism: the busiest rank's excess routed tokens (simengine.moe).
+    balanced = ep > 1 and s.deployment.experts_balanced
+    if ep > 1:
+        gemm = gemm + imbalance_flops(m, new, tp, ep, balanced) / expert_peak(m, s.hw)
     t_flop = (gemm + attention) / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
@@ -58,7 +69,7 @@ def prefill_parts(s: Served, new, cached):
     t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
     act = new * m.hidden_size * k.activation_bytes
     t_comm = moe_collectives_seconds(
-        m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes
+        m, s.hw, new, split.allreduce_group, ep, k.allreduce_base, k.activation_bytes, balanced
     )
     t_comm += pipeline_hops_seconds(s.hw, act, s.place.pipeline_stages)
     side = attention / (tp * k.eta_flop) + t_comm

@@ -17,7 +17,7 @@ from typing import Any
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .model import HashOnce, ModelSpec, hash_once
-from .moe import GemmLine
+from .moe import WIDE_EP, GemmLine
 from .parallel import AttentionSplit
 from .params import EngineParams
 from .placement import Placement, resolve_device
@@ -55,7 +55,10 @@ class Deployment(HashOnce):
     (:func:`simengine.parallel.attention_dp_weight_bytes`); ``attention_dp_balance``:
     the server makes its attention-DP ranks prefill together (TensorRT-LLM's
     ``attention_dp_config.enable_balance``) instead of placing prompts as they come
-    (:func:`simengine.parallel.attention_dp_idle`).
+    (:func:`simengine.parallel.attention_dp_idle`). ``expert_load_balancer``: the server
+    balances the experts over the expert-parallel GPUs (replicas of hot experts placed
+    by load: DeepSeek's EPLB, TensorRT-LLM's wide-EP balancer); None: as served in
+    production, on beyond one 8-GPU group (:data:`simengine.moe.WIDE_EP`).
     """
 
     device: str
@@ -69,9 +72,18 @@ class Deployment(HashOnce):
     pipeline_parallel: int | None = None
     attention_data_parallel: bool = False
     attention_dp_balance: bool = False
+    expert_load_balancer: bool | None = None
 
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
+        if self.expert_load_balancer is not None:
+            if not isinstance(self.expert_load_balancer, bool):
+                raise SimEngineError(
+                    f"expert_load_balancer must be true, false or null, got "
+                    f"{self.expert_load_balancer!r}"
+                )
+            if self.expert_load_balancer and self.expert_parallel <= 1:
+                raise SimEngineError("expert_load_balancer needs expert_parallel > 1")
         for name in ("attention_data_parallel", "attention_dp_balance"):
             if not isinstance(getattr(self, name), bool):
                 raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -89,6 +101,14 @@ class Deployment(HashOnce):
             raise SimEngineError(f"unknown transport {self.transport!r}; known: {list(TRANSPORTS)}")
         if self.nodes_per_replica is not None:
             positive_int(self.nodes_per_replica, "nodes_per_replica", 1)
+
+    @property
+    def experts_balanced(self) -> bool:
+        """Whether the experts are balanced over the expert-parallel GPUs (the stated
+        ``expert_load_balancer``, else the production default: wide EP only)."""
+        if self.expert_load_balancer is not None:
+            return self.expert_load_balancer
+        return self.expert_parallel > WIDE_EP
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,9 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # (TensorRT-LLM attention_dp_config.enable_balance); default: prompts placed as they
     # come, and a rank prefilling holds the others (parallel.attention_dp_idle).
     "attention_dp_balance": False,
+    # GPUs, expert parallelism: the server balances the experts over the GPUs (EPLB);
+    # null: as served in production (on beyond 8 GPUs, simengine.moe.WIDE_EP).
+    "expert_load_balancer": None,
     # GPUs: prompts prefilled on other GPUs (prefill-decode disaggregation); the replica
     # only decodes.
     "disaggregated_prefill": False,
@@ -412,6 +415,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             npr = ep
         if npr % ep:
             raise _err(f"devices ({npr}) must be a multiple of expert_parallel ({ep})")
+    balancer = s["expert_load_balancer"]
+    if balancer is not None:
+        if not isinstance(balancer, bool):
+            raise _err(f"expert_load_balancer must be true, false or null, got {balancer!r}")
+        if balancer and ep <= 1:
+            raise _err("expert_load_balancer needs expert_parallel > 1")
     if adp and (ep <= 1 or npr != ep or (pp or 1) > 1):
         raise _err(
             "attention_data_parallel needs a mixture of experts with expert_parallel = "
@@ -430,6 +439,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             pipeline_parallel=pp,
             attention_data_parallel=adp,
             attention_dp_balance=balance,
+            expert_load_balancer=balancer,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None

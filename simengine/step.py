@@ -29,7 +29,14 @@ import numpy as np
 
 from .hardware import HardwareProfile
 from .model import ModelSpec
-from .moe import GemmLine, compute_peak, gemm_line, moe_collectives_seconds
+from .moe import (
+    WIDE_EP,
+    GemmLine,
+    compute_peak,
+    expert_peak,
+    gemm_line,
+    moe_collectives_seconds,
+)
 from .parallel import AttentionSplit, attention_split, pipeline_hops_seconds
 
 # Attention (decode and prefill) multiplies at the 16-bit tensor-core rate whatever the
@@ -233,6 +240,7 @@ def decode_step_line(
     activation_bytes: float,
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
+    experts_balanced: bool | None = None,
     split: AttentionSplit | None = None,
     eta_attention: float | None = None,
     gemm: GemmLine | None = None,
@@ -252,6 +260,8 @@ def decode_step_line(
     others_in_kv = (batch - 1) * other_context_tokens
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
+    if experts_balanced is None:  # as served in production (simengine.moe.WIDE_EP)
+        experts_balanced = ep > WIDE_EP
     mem_rate = tp * hw.memory_bandwidth * eta_mem
     flop_rate = tp * compute_peak(model, hw) * eta_flop
     attn = model.decode_attention_flops * tokens_per_stream
@@ -262,11 +272,28 @@ def decode_step_line(
     if split is None:
         split = attention_split(model, tp, False)
     t_comm = moe_collectives_seconds(
-        model, hw, tokens, split.allreduce_group, ep, allreduce_base, activation_bytes
+        model,
+        hw,
+        tokens,
+        split.allreduce_group,
+        ep,
+        allreduce_base,
+        activation_bytes,
+        experts_balanced,
     )
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
     if gemm is None:
-        gemm = gemm_line(model, tp, ep, split.extra_weight_bytes, mem_rate, flop_rate)
+        routed_rate = tp * expert_peak(model, hw) * eta_flop
+        gemm = gemm_line(
+            model,
+            tp,
+            ep,
+            split.extra_weight_bytes,
+            mem_rate,
+            flop_rate,
+            routed_rate,
+            experts_balanced,
+        )
     t_gemm = gemm.at(tokens)
     return StepLine(
         mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,

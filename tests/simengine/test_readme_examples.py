@@ -182,6 +182,12 @@ def test_attention_data_parallel_and_disaggregated_examples(readme):
         f'`"attention_dp_balance": true` -> {_n(even["throughput_tokens_per_second"], 100)} '
         f"tok/s ({_n(r['throughput_tokens_per_second'], 100)} without)." in readme
     )
+    unbalanced = predict_spec({**dep, "expert_load_balancer": False})
+    assert (
+        f'`"expert_load_balancer": false` -> '
+        f"{_n(unbalanced['throughput_tokens_per_second'], 100)} tok/s "
+        f"({_n(r['throughput_tokens_per_second'], 100)} balanced, its default)." in readme
+    )
     d = predict_spec({**dep, "disaggregated_prefill": True})
     assert (
         f"-> {_n(d['throughput_tokens_per_second'], 100)} tok/s from the 16 decode GPUs "
@@ -189,21 +195,40 @@ def test_attention_data_parallel_and_disaggregated_examples(readme):
     )
 
 
+DSR1_FP4 = {
+    "name": "deepseek-r1", "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128,
+    "head_dim": 128, "params_b": 671.0, "active_params_b": 37.0, "experts": 256,
+    "experts_per_token": 8, "shared_experts": 1, "kv_bytes_per_token": 35136,
+    "dtype": "nvfp4", "kv_dtype": "fp8",
+}  # fmt: skip
+# DeepSeek-R1 DEP8 on 8x B200 at 512 streams a rank (the software-era example's serving).
+DSR1_DEP8 = {
+    "model": DSR1_FP4, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
+    "expert_parallel": 8, "attention_data_parallel": True, "attention_dp_balance": True,
+    "concurrency": 4096, "max_batch_size": 512,
+}  # fmt: skip
+
+
 def test_software_era_example(readme):
-    dsr1 = {"name": "deepseek-r1", "layers": 61, "hidden": 7168, "heads": 128,
-            "kv_heads": 128, "head_dim": 128, "params_b": 671.0, "active_params_b": 37.0,
-            "experts": 256, "experts_per_token": 8, "shared_experts": 1,
-            "kv_bytes_per_token": 35136, "dtype": "nvfp4", "kv_dtype": "fp8"}  # fmt: skip
-    base = {"model": dsr1, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
-            "expert_parallel": 8, "attention_data_parallel": True,
-            "attention_dp_balance": True, "concurrency": 4096, "max_batch_size": 512,
-            "input_tokens": 800, "output_tokens": 4000}  # fmt: skip
+    base = {**DSR1_DEP8, "input_tokens": 800, "output_tokens": 4000}
     old = predict_spec({**base, "software": "2025-09"})
     new = predict_spec({**base, "software": "2026-02"})
     assert (
         f"-> era {old['software']}, {_n(old['throughput_tokens_per_second'], 100)} tok/s; "
         f'with `"software": "2026-02"` -> era {new["software"]}, '
         f"{_n(new['throughput_tokens_per_second'], 100)} tok/s." in readme
+    )
+
+
+def test_expert_load_balancer_example(readme):
+    # Issue 28's fourteenth round: DeepSeek-R1 DEP8 on B200, no balancer within 8 GPUs.
+    base = {**DSR1_DEP8, "input_tokens": 1000, "output_tokens": 1000, "software": "2026-02"}
+    off, on = predict_spec(base), predict_spec({**base, "expert_load_balancer": True})
+    assert (
+        f"-> {_n(off['throughput_tokens_per_second'], 100)} tok/s "
+        f"({off['time_per_output_token_seconds'] * 1e3:.1f} ms per output token); "
+        f'`"expert_load_balancer": true` -> {_n(on["throughput_tokens_per_second"], 100)} '
+        f"tok/s ({on['time_per_output_token_seconds'] * 1e3:.1f} ms)." in readme
     )
 
 

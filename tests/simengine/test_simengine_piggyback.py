@@ -25,7 +25,7 @@ import pytest
 
 from simengine import DEFAULT_PARAMS, Deployment, offline, perf
 from simengine.kv import prompt_chunk
-from simengine.moe import gemm_line, step_active_params, step_weight_bytes
+from simengine.moe import gemm_line, imbalance_flops, step_active_params, step_weight_bytes
 from simengine.prefill import carried, interference, prefill_parts
 from simengine.spec import model_from_spec
 
@@ -52,13 +52,18 @@ def test_the_gemm_line_is_the_weights_touched_or_the_flops():
     # GemmLine (built once per deployment) against the byte and FLOP counts it stands for:
     # step_weight_bytes (every expert the tokens touch, at the expert-parallel share) and
     # 2 x the active parameters a token multiplies, for a dense model and an MoE split
-    # over more GPUs than its tensor-parallel group, one step or an array of them.
+    # over more GPUs than its tensor-parallel group, one step or an array of them; under
+    # expert parallelism the FLOPs are the busiest rank's (its excess routed tokens:
+    # simengine.moe.imbalance_flops, issue 28's fourteenth round).
     for model, tp, ep in ((LLAMA_8B, 1, 1), (SMALL_MOE, 2, 4)):
         m = model_from_spec(model, tokens=4096)
         line = gemm_line(m, tp, ep, 1e9, 2e12, 1e15)
         tokens = np.array([1.0, 7.0, 64.0, 300.0, 5000.0])
         read = (step_weight_bytes(m, tokens, tp, ep) + 1e9) / 2e12
-        flops = 2 * step_active_params(m, tp, ep) * tokens / 1e15
+        flops = (
+            2 * step_active_params(m, tp, ep) * tokens + imbalance_flops(m, tokens, tp, ep)
+        ) / 1e15
+        assert (ep > 1) == bool(np.all(imbalance_flops(m, tokens, tp, ep) > 0))
         assert np.allclose(line.at(tokens), np.maximum(read, flops), rtol=1e-12, atol=0)
         one = (step_weight_bytes(m, 64.0, tp, ep) + 1e9) / 2e12
         assert line.at(64.0) == pytest.approx(max(one, flops[2]), rel=1e-12)
