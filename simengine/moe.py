@@ -36,16 +36,17 @@ sums its E/P experts (a gamma law of CV^2 (1/lambda + cv^2) / (E/P), lambda = to
 k / E); the busiest of P ranks sits at Blom's expected normal maximum under the
 Wilson-Hilferty transform. ``EXPERT_LOAD_CV`` = 1.67 is the value for which this law
 gives the blog's 1.564 at its own setting (not fitted to any calibration point or
-hold-out figure); the same law then gives its busiest expert at 10.5 (measured 10.948). A server that balances the experts (DeepSeek's
-EPLB, SGLang's and TensorRT-LLM's balancers: hot experts replicated and placed by load)
-leaves each rank's load at a spread of ``EXPERT_LOAD_CV_BALANCED`` (the blog's Table 1
-with its balancer: 52.0 and 53.9 over a mean of 1,024 at EP32 and EP36, the busiest rank
-0.109 and 0.115 above the mean; this law gives 0.13) plus the routing's Poisson noise.
-Every server leaves it off unless configured (TensorRT-LLM's ``moe_config.load_balancer``,
-default None; SGLang's ``--enable-eplb``); the published wide-EP deployments configure it
-and MLPerf's DEP8 DeepSeek-R1 configs do not (NVIDIA's v5.1 ``deepseek-r1.py``: the WIDEEP
-backend without a balancer), so a deployment that does not say is balanced beyond one
-8-GPU group (``WIDE_EP``) and not within it (``Deployment.expert_load_balancer``).
+hold-out figure); the same law then gives its busiest expert at 10.5 (measured 10.948).
+A server that balances the experts (DeepSeek's EPLB, SGLang's and TensorRT-LLM's
+balancers: hot experts replicated and placed by load) leaves each rank's load at a
+spread of ``EXPERT_LOAD_CV_BALANCED`` (the blog's Table 1 with its balancer: 52.0 and
+53.9 over a mean of 1,024 at EP32 and EP36, the busiest rank 0.109 and 0.115 above the
+mean; this law gives 0.13) plus the routing's Poisson noise. Every server leaves it off
+unless configured (TensorRT-LLM's ``moe_config.load_balancer``, default None; SGLang's
+``--enable-eplb``); the published wide-EP deployments configure it and MLPerf's DEP8
+DeepSeek-R1 configs do not (NVIDIA's v5.1 ``deepseek-r1.py``: the WIDEEP backend without
+a balancer), so a deployment that does not say is balanced beyond one 8-GPU group
+(``WIDE_EP``) and not within it (``Deployment.expert_load_balancer``).
 
 Wafers: an MoE whose weights span more than one wafer has each layer's experts on
 other wafers than the tokens that need them (expert-parallel over the replica's
@@ -136,13 +137,13 @@ def rank_load_factor(
     if ranks <= 1:
         return 1.0
     z = _normal_max(ranks)
-    lam = np.maximum(tokens, 1.0) * per_token / experts if isinstance(
-        tokens, np.ndarray) else max(tokens, 1.0) * per_token / experts  # fmt: skip
+    array = isinstance(tokens, np.ndarray)
+    lam = (np.maximum(tokens, 1.0) if array else max(tokens, 1.0)) * per_token / experts
     if balanced:
         v = ranks / (lam * experts) + EXPERT_LOAD_CV_BALANCED**2
     else:
         v = (1.0 / lam + cv * cv) * ranks / experts
-    if isinstance(v, np.ndarray):
+    if array:
         return np.clip((1.0 - v / 9.0 + z * np.sqrt(v / 9.0)) ** 3, 1.0, float(ranks))
     f = (1.0 - v / 9.0 + z * math.sqrt(v / 9.0)) ** 3
     return min(max(f, 1.0), float(ranks))
@@ -356,7 +357,7 @@ def moe_collectives_seconds(
     experts, k = model.expert_layout
     a2a = all_to_all_seconds(
         tokens * rank_load_factor(tokens, experts, k, expert_parallel, balanced),
-        model.expert_layout[1],
+        k,
         model.hidden_size,
         activation_bytes,
         expert_parallel,

@@ -415,12 +415,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             npr = ep
         if npr % ep:
             raise _err(f"devices ({npr}) must be a multiple of expert_parallel ({ep})")
-    balancer = s["expert_load_balancer"]
-    if balancer is not None:
-        if not isinstance(balancer, bool):
-            raise _err(f"expert_load_balancer must be true, false or null, got {balancer!r}")
-        if balancer and ep <= 1:
-            raise _err("expert_load_balancer needs expert_parallel > 1")
+    balancer = s["expert_load_balancer"]  # checked by Deployment
     if adp and (ep <= 1 or npr != ep or (pp or 1) > 1):
         raise _err(
             "attention_data_parallel needs a mixture of experts with expert_parallel = "
