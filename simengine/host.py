@@ -19,9 +19,10 @@ max(GPU step, host work) (``simengine.perf``'s step line, ``simengine.offline``'
 finite run), and the prefills riding in a host-bound step cost nothing more; the part
 of the host work that stays exposed at any batch (kernel launches, the
 launch-to-finish sync) is in the GPU step's fixed overhead (params
-``gpu:kernel_overhead`` per kernel the step launches, ``simengine.step.decode_kernels``). The host binds when the GPU step is short against the batch:
-a small-active model (a few billion active parameters) at hundreds to thousands of
-streams, above all on a slower host CPU.
+``gpu:kernel_overhead`` per kernel the step launches, ``simengine.step.decode_kernels``).
+The host binds when the GPU step is short against the batch: a small-active model (a
+few billion active parameters) at hundreds to thousands of streams, above all on a
+slower host CPU.
 
 Sizes (params ``host:<host>:per_request``, fixed, not fitted: no calibration point
 separates them from the GPU step):

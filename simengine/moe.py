@@ -109,6 +109,12 @@ EXPERT_LOAD_CV_BALANCED = 0.052
 WIDE_EP = 8
 
 
+def experts_balanced(expert_parallel: int, stated: bool | None = None) -> bool:
+    """Whether a balancer places the experts: the ``stated`` setting, else as served in
+    production (beyond one 8-GPU group, ``WIDE_EP``; see the module docstring)."""
+    return expert_parallel > WIDE_EP if stated is None else stated
+
+
 @functools.lru_cache(maxsize=256)
 def _normal_max(n: int) -> float:
     # Blom's approximation of the expected largest of n standard normal draws.

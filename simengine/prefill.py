@@ -57,8 +57,9 @@ def prefill_parts(s: Served, new, cached):
         return alone, alone
     tp, ep = s.place.tensor_parallel or 1, s.deployment.expert_parallel
     # Expert parallelism: the busiest rank's excess routed tokens (simengine.moe).
-    balanced = ep > 1 and s.deployment.experts_balanced
+    balanced = False
     if ep > 1:
+        balanced = s.deployment.experts_balanced
         gemm = gemm + imbalance_flops(m, new, tp, ep, balanced) / expert_peak(m, s.hw)
     t_flop = (gemm + attention) / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the

@@ -17,7 +17,7 @@ from typing import Any
 from .errors import SimEngineError
 from .hardware import HardwareProfile
 from .model import HashOnce, ModelSpec, hash_once
-from .moe import WIDE_EP, GemmLine
+from .moe import GemmLine, experts_balanced
 from .parallel import AttentionSplit
 from .params import EngineParams
 from .placement import Placement, resolve_device
@@ -106,9 +106,7 @@ class Deployment(HashOnce):
     def experts_balanced(self) -> bool:
         """Whether the experts are balanced over the expert-parallel GPUs (the stated
         ``expert_load_balancer``, else the production default: wide EP only)."""
-        if self.expert_load_balancer is not None:
-            return self.expert_load_balancer
-        return self.expert_parallel > WIDE_EP
+        return experts_balanced(self.expert_parallel, self.expert_load_balancer)
 
 
 @dataclass(frozen=True)

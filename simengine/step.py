@@ -30,13 +30,13 @@ import numpy as np
 from .hardware import HardwareProfile
 from .model import ModelSpec
 from .moe import (
-    WIDE_EP,
     GemmLine,
     compute_peak,
     expert_peak,
     gemm_line,
     moe_collectives_seconds,
 )
+from .moe import experts_balanced as balanced_by_default  # the parameter's name is taken
 from .parallel import AttentionSplit, attention_split, pipeline_hops_seconds
 
 # Attention (decode and prefill) multiplies at the 16-bit tensor-core rate whatever the
@@ -260,8 +260,7 @@ def decode_step_line(
     others_in_kv = (batch - 1) * other_context_tokens
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
-    if experts_balanced is None:  # as served in production (simengine.moe.WIDE_EP)
-        experts_balanced = ep > WIDE_EP
+    experts_balanced = balanced_by_default(ep, experts_balanced)
     mem_rate = tp * hw.memory_bandwidth * eta_mem
     flop_rate = tp * compute_peak(model, hw) * eta_flop
     attn = model.decode_attention_flops * tokens_per_stream
