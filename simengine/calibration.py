@@ -199,10 +199,12 @@ def _llama_launch(model: ModelSpec, wafers: int) -> Evaluator:
     return f
 
 
-def _arch(name, layers, hidden, heads, kv_heads, head_dim, params_b, active_b, dtype="bf16"):
+def _arch(name, layers, hidden, heads, kv_heads, head_dim, params_b, active_b, dtype="bf16",
+          **extra):  # fmt: skip
     return {
         "name": name, "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
         "head_dim": head_dim, "params_b": params_b, "active_params_b": active_b, "dtype": dtype,
+        **extra,
     }  # fmt: skip
 
 
@@ -224,7 +226,8 @@ WAFER_ERA_POINTS: tuple[dict[str, Any], ...] = (
      "model": _arch("qwen3-32b", 64, 5120, 64, 8, 128, 32.8, 32.8)},
     {"name": "gpt_oss_120b_tokens_per_s", "published": 3000.0,
      "text": "gpt-oss-120B ~3,000 tok/s (Cerebras, 2025-08)",
-     "model": _arch("gpt-oss-120b", 36, 2880, 64, 8, 64, 117.0, 5.1, "mxfp4")},
+     "model": _arch("gpt-oss-120b", 36, 2880, 64, 8, 64, 117.0, 5.1, "mxfp4",
+                    sliding_window=128, sliding_window_layers=18)},
 )  # fmt: skip
 
 

@@ -147,7 +147,9 @@ KIND_VALUES: dict[str, tuple[str, ...]] = {
 }
 # Issue-28 spec fields that the pre-issue-28 engine does not know (legacy_spec drops them).
 _NEW_MODEL_FIELDS = ("experts", "experts_per_token", "shared_experts", "attention_dtype",
-                     "expert_dtype", "activation_dtype")  # fmt: skip
+                     "expert_dtype", "activation_dtype",
+                     # added after the freeze (fifteenth round; `amended` says where)
+                     "sliding_window", "sliding_window_layers")  # fmt: skip
 _NEW_TOP_FIELDS = (
     "expert_parallel",
     "pipeline_parallel",

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import SimEngineError
 from .moe import touched_fraction
 
@@ -92,6 +94,12 @@ class ModelSpec(HashOnce):
     # True when the cache is a latent shared by all heads (MLA: a published cache smaller
     # than K and V per KV head); multi-query attention (one KV head) is not one.
     latent_cache: bool = False
+    # Sliding-window attention (:meth:`kv_tokens`): ``window_layers`` of the layers attend
+    # over (and keep KV for) only the last ``window_tokens`` tokens; 0 layers = every
+    # layer attends over the whole context. A window of 0 tokens is a layer with no
+    # growing cache at all (attention-free or linear-attention layers).
+    window_tokens: int = 0
+    window_layers: int = 0
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and
@@ -118,6 +126,17 @@ class ModelSpec(HashOnce):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
             raise SimEngineError(
                 f"ModelSpec {self.name!r}: kv_value_bytes must be >= 0, got {value!r}"
+            )
+        for field in ("window_tokens", "window_layers"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not (isinstance(value, int) and value >= 0):
+                raise SimEngineError(
+                    f"ModelSpec {self.name!r}: {field} must be an integer >= 0, got {value!r}"
+                )
+        if self.window_layers > self.layers:
+            raise SimEngineError(
+                f"ModelSpec {self.name!r}: window_layers ({self.window_layers}) exceeds "
+                f"layers ({self.layers})"
             )
         for field in ("layers", "hidden_size", "context_window"):
             value = getattr(self, field)
@@ -286,8 +305,64 @@ class ModelSpec(HashOnce):
         return 4.0 * self.layers * self.attention_width
 
     def kv_bytes(self, tokens: float) -> float:
-        """KV-cache bytes held for ``tokens`` tokens of context."""
+        """KV-cache bytes of ``tokens`` whole-cache tokens (every layer's K and V; a
+        stream's context counts as :meth:`kv_tokens` of them)."""
         return self.kv_bytes_per_token * tokens
+
+    @functools.cached_property
+    def window_fraction(self) -> float:
+        """The share of the layers that attend over a sliding window (0: none)."""
+        return self.window_layers / self.layers
+
+    def kv_tokens(self, context):
+        """Whole-cache tokens a stream at ``context`` tokens holds and its next token
+        attends over (a number or an array).
+
+        Sliding-window layers keep and read only their last ``window_tokens`` tokens
+        (gpt-oss: every other layer, 128 tokens, "alternating dense and locally banded
+        sparse attention", the gpt-oss model card, 2025-08; Mistral 7B, 4,096; Gemma 3,
+        five of six layers, 1,024), and the servers free what falls outside the window
+        (vLLM's hybrid KV cache manager, TensorRT-LLM's variable sliding-window
+        attention, SGLang's SWA memory pool), so a stream holds
+        e(c) = c - f max(0, c - W) whole-cache tokens, f = ``window_layers`` / layers.
+        """
+        f = self.window_fraction
+        if not f:
+            return context
+        w = self.window_tokens
+        if isinstance(context, np.ndarray):
+            return context - f * np.maximum(context - w, 0.0)
+        return context - f * max(context - w, 0.0)
+
+    @functools.cached_property
+    def window_kv_bytes(self) -> float:
+        """KV bytes of one stream holding the whole ``context_window`` (placement)."""
+        return self.kv_bytes(self.kv_tokens(self.context_window))
+
+    def kv_line(self, reference: float) -> tuple[float, float]:
+        """(a, b): :meth:`kv_tokens` as the line a + b c around a stream at ``reference``
+        tokens (exact on the reference's side of the window: a decode step is a line
+        in its stream's context, :class:`simengine.step.StepLine`)."""
+        f = self.window_fraction
+        if not f or reference <= self.window_tokens:
+            return 0.0, 1.0
+        return f * self.window_tokens, 1.0 - f
+
+    def attended_pairs(self, new, cached):
+        """(query, key) pairs of a causal prefill of ``new`` tokens after ``cached``
+        (numbers or arrays), in whole-cache layers: the integral of :meth:`kv_tokens`
+        from ``cached`` to ``cached + new``, ((c + n)^2 - c^2) / 2 without windows."""
+        end = cached + new
+        pairs = (end * end - cached * cached) / 2.0
+        f = self.window_fraction
+        if not f:
+            return pairs
+        w = self.window_tokens
+        if isinstance(end, np.ndarray) or isinstance(cached, np.ndarray):
+            over_end, over_start = np.maximum(end - w, 0.0), np.maximum(cached - w, 0.0)
+        else:
+            over_end, over_start = max(end - w, 0.0), max(cached - w, 0.0)
+        return pairs - f * (over_end * over_end - over_start * over_start) / 2.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the spec."""

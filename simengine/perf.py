@@ -355,8 +355,8 @@ def _gpu_drafting(
         active_params=m.active_params_decode,
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
-        kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * context),
-        attention_flops=m.decode_attention_flops * batch * context,
+        kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * m.kv_tokens(context)),
+        attention_flops=m.decode_attention_flops * batch * m.kv_tokens(context),
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
@@ -376,7 +376,10 @@ def _batch_at(s: Served, batch: float | None, context: float) -> tuple[float | N
     kv_tokens = (
         s.place.kv_tokens_per_replica - split.extra_weight_bytes / s.model.kv_bytes_per_token
     )
-    return batch_at(kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, context)
+    # A stream at ``context`` holds ModelSpec.kv_tokens(context) whole-cache tokens.
+    return batch_at(
+        kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, s.model.kv_tokens(context)
+    )
 
 
 def _token_seconds(s: Served, context):

@@ -61,7 +61,7 @@ def _split_layers(layers: int, stages: int) -> tuple[int, ...]:
 def _wafer_stages(model: ModelSpec, hw: HardwareProfile, forced: int | None) -> int:
     # Each wafer holds whole layers: their weights plus room for one full-window
     # stream's KV of those layers (weights stay resident, so nothing may spill).
-    per_layer = (model.weight_bytes + model.kv_bytes(model.context_window)) / model.layers
+    per_layer = (model.weight_bytes + model.window_kv_bytes) / model.layers
     per_wafer = math.floor(hw.usable_memory_bytes / per_layer)
     if per_wafer < 1 and model.is_moe:
         # A mixture of experts whose layer outgrows a wafer spreads each layer's experts
@@ -93,7 +93,7 @@ def _wafer_stages(model: ModelSpec, hw: HardwareProfile, forced: int | None) -> 
 
 
 def _gpu_layout(model: ModelSpec, hw: HardwareProfile, forced: int | None) -> tuple[int, int]:
-    need = model.weight_bytes + model.kv_bytes(model.context_window)
+    need = model.weight_bytes + model.window_kv_bytes
 
     def fits(tp: int, pp: int) -> bool:
         return need <= tp * pp * hw.usable_memory_bytes

@@ -44,11 +44,12 @@ def prefill_parts(s: Served, new, cached):
     chunked prefill runs inside the decode steps' (:func:`carried`)."""
     m, k = s.model, s.knobs
     # Causal attention over the cached prefix and the new tokens themselves.
-    # The weight GEMMs at the weights' tensor-core rate, attention (2 L w (n^2 + 2 n c)
-    # over the attention width w) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
+    # The weight GEMMs at the weights' tensor-core rate, attention (4 L w per attended
+    # (query, key) pair over the attention width w: 2 L w (n^2 + 2 n c) without sliding
+    # windows, ModelSpec.attended_pairs) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
     gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
-    width = 2 * m.layers * m.attention_width
-    attention = width * (new * new + 2 * new * cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    width = 4 * m.layers * m.attention_width
+    attention = width * m.attended_pairs(new, cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
@@ -65,7 +66,7 @@ def prefill_parts(s: Served, new, cached):
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
     split = s.attention
-    kv_read = split.kv_copies * m.kv_bytes(cached + new)
+    kv_read = split.kv_copies * m.kv_bytes(m.kv_tokens(cached + new))
     weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
     t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
     act = new * m.hidden_size * k.activation_bytes
@@ -140,8 +141,8 @@ def rank_local_seconds(s: Served, tokens):
     m, k = s.model, s.knobs
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
     gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
-    width = 2 * m.layers * m.attention_width
-    attention = width * tokens * tokens / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    width = 4 * m.layers * m.attention_width
+    attention = width * m.attended_pairs(tokens, 0.0) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
     return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)
 
 

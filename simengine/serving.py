@@ -152,7 +152,7 @@ def serving_point(
     if disaggregated_prefill:
         if not gpu:
             raise SimEngineError(f"disaggregated_prefill applies to GPUs only, not {s.hw.key}")
-        kv_transfer = model.kv_bytes(input_tokens) / s.hw.scaleout_bandwidth
+        kv_transfer = model.kv_bytes(model.kv_tokens(input_tokens)) / s.hw.scaleout_bandwidth
         prefill, chunks = prefill + kv_transfer, 1
     per_token, ttft_extra = 0.0, 0.0
     if with_transport:

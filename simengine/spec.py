@@ -160,6 +160,11 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "experts_per_token": None,
     "shared_experts": 0,
     "kv_bytes_per_token": None,  # a published compressed-cache size overrides the formula
+    # Sliding-window attention: sliding_window_layers of the layers attend over (and keep
+    # KV for) only the last sliding_window tokens (gpt-oss: 18 of 36 layers, 128 tokens;
+    # 0 tokens: layers with no growing cache, e.g. linear attention). Give both or neither.
+    "sliding_window": None,
+    "sliding_window_layers": None,
     # default: max(8192, input_tokens + output_tokens x (1 + output_tokens_cv^2)), the
     # least window that holds such outputs (the longest is >= E[o^2] / E[o])
     "context_window": None,
@@ -237,6 +242,7 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     window = (
         max(8192, tokens) if m["context_window"] is None else _int(m, "context_window", "model.")
     )
+    window_tokens, window_layers = _sliding_window(m, layers)
     name = m["name"]
     if not isinstance(name, str) or not name:
         raise _err(f"model.name must be a non-empty string, got {name!r}")
@@ -262,7 +268,25 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         heads=heads,
         head_dim=head_dim,
         kv_value_bytes=kv_b,
+        window_tokens=window_tokens,
+        window_layers=window_layers,
     )
+
+
+def _sliding_window(m: Mapping[str, Any], layers: int) -> tuple[int, int]:
+    # (window tokens, layers using it) of a spec's model; (0, 0): no sliding window.
+    given = [key for key in ("sliding_window", "sliding_window_layers") if m[key] is not None]
+    if not given:
+        return 0, 0
+    if len(given) == 1:
+        other = ({"sliding_window", "sliding_window_layers"} - set(given)).pop()
+        raise _err(f"model.{given[0]} needs model.{other} (give both or neither)")
+    window_layers = _int(m, "sliding_window_layers", "model.")
+    if window_layers > layers:
+        raise _err(
+            f"model.sliding_window_layers ({window_layers}) must be <= model.layers ({layers})"
+        )
+    return _int(m, "sliding_window", "model.", minimum=0), window_layers
 
 
 def _activation_bytes(m: Mapping[str, Any], key: str, stated: float | None) -> float:

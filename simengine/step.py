@@ -257,7 +257,10 @@ def decode_step_line(
     # ``split``: how attention sits on the group (a served deployment's, resolved once
     # by _serve); None: split by head over the TP group. ``gemm``: the weight GEMMs' line
     # at these rates (a served deployment's, built once by _knobs); None: built here.
-    others_in_kv = (batch - 1) * other_context_tokens
+    # The other streams' KV (whole-cache tokens: sliding-window layers keep only their
+    # window, ModelSpec.kv_tokens) and this stream's, a line in its context c.
+    own0, own1 = model.kv_line(other_context_tokens)
+    others_in_kv = (batch - 1) * model.kv_tokens(other_context_tokens) + own0
     tokens = batch * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
     experts_balanced = balanced_by_default(ep, experts_balanced)
@@ -296,9 +299,9 @@ def decode_step_line(
     t_gemm = gemm.at(tokens)
     return StepLine(
         mem0=split.kv_copies * model.kv_bytes(others_in_kv) / mem_rate,
-        mem1=split.kv_copies * model.kv_bytes_per_token / mem_rate,
+        mem1=split.kv_copies * model.kv_bytes(own1) / mem_rate,
         flop0=attn * others_in_kv / attn_rate,
-        flop1=attn / attn_rate,
+        flop1=attn * own1 / attn_rate,
         fixed=t_comm + t_gemm,
         collectives=t_comm,
     )

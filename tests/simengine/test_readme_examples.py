@@ -138,7 +138,7 @@ GPT_OSS = {
     "name": "gpt-oss-120b", "layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,
     "head_dim": 64, "params_b": 117, "active_params_b": 5.1, "experts": 128,
     "experts_per_token": 4, "attention_dtype": "bf16", "expert_dtype": "mxfp4",
-    "kv_dtype": "fp8",
+    "kv_dtype": "fp8", "sliding_window": 128, "sliding_window_layers": 18,
 }  # fmt: skip
 
 
@@ -261,6 +261,19 @@ def test_moe_and_mixed_precision_examples(readme):
     assert (
         f"on one B200: {m['tokens_per_second']:.0f} tok/s per stream, "
         f"{_n(m['throughput_tokens_per_second'])} tok/s for the GPU." in readme
+    )
+
+
+def test_sliding_window_example(readme):
+    # Added in issue 28's fifteenth round.
+    full = {k: v for k, v in GPT_OSS.items() if not k.startswith("sliding_window")}
+    runs = [predict_spec({"model": m, "hardware": "h200", "devices": 1, "concurrency": 2048,
+                          "input_tokens": 8000, "output_tokens": 1000})
+            for m in (GPT_OSS, full)]  # fmt: skip
+    (win, whole) = ((_n(r["batch"]), _n(r["throughput_tokens_per_second"], 10)) for r in runs)
+    assert (
+        f"on one H200: the paged cache holds {win[0]} streams and they make {win[1]} tok/s; "
+        f"stating every layer as full attention, {whole[0]} streams and {whole[1]} tok/s." in readme
     )
 
 

@@ -71,7 +71,7 @@ def test_server_with_1400_in_flight_is_not_capped_at_the_planning_window():
     assert r["batch"] == 1400 and r["queue_seconds"] == 0.0
     # Throughput keeps growing past ~100 streams (it would be flat under the old cap).
     at_100 = predict_spec({**spec, "concurrency": 100})
-    assert r["throughput_tokens_per_second"] > 1.5 * at_100["throughput_tokens_per_second"]
+    assert r["throughput_tokens_per_second"] > 1.4 * at_100["throughput_tokens_per_second"]
 
 
 def test_mean_context_is_token_weighted_by_the_output_spread():
