@@ -37,6 +37,16 @@ def prefill_seconds(s: Served, new, cached):
     return prefill_parts(s, new, cached)[0]
 
 
+def _attention_at_peak(s: Served, new, cached):
+    # A causal prefill's attention of ``new`` tokens after ``cached``, as seconds at the
+    # 16-bit peak (ATTENTION_MATH_BYTES): 4 L w FLOPs per attended (query, key) pair over
+    # the attention width w, 2 L w (n^2 + 2 n c) without sliding windows
+    # (ModelSpec.attended_pairs). Numbers or arrays.
+    m = s.model
+    flops = 4 * m.layers * m.attention_width * m.attended_pairs(new, cached)
+    return flops / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+
+
 def prefill_parts(s: Served, new, cached):
     """(the prefill of ``new`` tokens after ``cached`` on its own, the part of it a decode
     step cannot absorb when the prompt rides one: its attention and collectives; GPUs)
@@ -44,12 +54,10 @@ def prefill_parts(s: Served, new, cached):
     chunked prefill runs inside the decode steps' (:func:`carried`)."""
     m, k = s.model, s.knobs
     # Causal attention over the cached prefix and the new tokens themselves.
-    # The weight GEMMs at the weights' tensor-core rate, attention (4 L w per attended
-    # (query, key) pair over the attention width w: 2 L w (n^2 + 2 n c) without sliding
-    # windows, ModelSpec.attended_pairs) at the 16-bit rate (ATTENTION_MATH_BYTES); as time.
+    # The weight GEMMs at the weights' tensor-core rate, attention at the 16-bit rate
+    # (_attention_at_peak); as time.
     gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
-    width = 4 * m.layers * m.attention_width
-    attention = width * m.attended_pairs(new, cached) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
+    attention = _attention_at_peak(s, new, cached)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
         # the last chunk crosses the pipeline once.
@@ -141,9 +149,9 @@ def rank_local_seconds(s: Served, tokens):
     m, k = s.model, s.knobs
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
     gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
-    width = 4 * m.layers * m.attention_width
-    attention = width * m.attended_pairs(tokens, 0.0) / s.hw.peak_flops(ATTENTION_MATH_BYTES)
-    return (gemm + attention) / ((s.place.tensor_parallel or 1) * k.eta_flop)
+    return (gemm + _attention_at_peak(s, tokens, 0.0)) / (
+        (s.place.tensor_parallel or 1) * k.eta_flop
+    )
 
 
 def with_prefills(line: StepLine, extra: float) -> StepLine:
