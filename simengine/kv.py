@@ -13,6 +13,9 @@ Pure functions of sizes and parameters (no engine state), used by
 * :func:`batch_at` - the decode batch of a GPU replica: the streams asked for, capped
   by the server's batch cap and by what the free KV memory holds, each stream holding
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
+* :func:`window_pool` and :func:`capacity_tokens` - how much of the cache a stream of a
+  sliding-window model takes up under the server's pool layout (the window layers'
+  pool sized like the full layers' under TensorRT-LLM, at 0.8 of it under SGLang);
 * :func:`chunk_count` - chunked prefill: the decode steps a prompt rides;
 * :func:`prompt_chunk` - the other streams' prompt tokens a decode step carries
   (what they cost it: :func:`simengine.prefill.carried`).
@@ -68,6 +71,23 @@ SERVER_MAX_BATCH_SIZE = {"tensorrt-llm": 2048}
 KV_ADMISSIONS = ("paged", "reserved")
 SERVER_KV_ADMISSION = {"tensorrt-llm": "reserved"}
 
+# Sliding-window layers' share of the cache (ModelSpec.kv_tokens: a window layer holds
+# only its last W tokens). Where that memory goes depends on how the server lays out its
+# pools, as a ratio r of the window layers' pool to the full layers' pool, in tokens:
+# - vLLM (the default, None): one pool of pages for every layer group, the window groups
+#   freeing the pages that fall out of their window (hybrid KV cache manager): a stream
+#   takes up only what it holds, ModelSpec.kv_tokens.
+# - SGLang: a separate pool for the window layers of ``swa_full_tokens_ratio`` = 0.8 times
+#   the full layers' tokens (server_args.py default; hybrid SWA memory), so the memory
+#   holds T full-layer tokens per (1 - f + 0.8 f) whole-cache tokens of memory.
+# - TensorRT-LLM: r = 1. Its KV cache manager sizes every window's pool as if the layer
+#   were full attention (cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:
+#   calculateWindowSizeToShare "is not used for BaseKVCacheManager::calculateMaxNumBlocks
+#   because we want to first achieve identical performance as assuming all layers as
+#   full attention"; BlockManager: "SWA allocates blocks linearly, and we need as many
+#   blocks as full attention"), so a window saves reads, not capacity.
+SERVER_WINDOW_POOL = {"tensorrt-llm": 1.0, "sglang": 0.8}
+
 
 def default_max_batch_size(memory_bytes: float, server: str | None = None) -> int:
     """The production batch cap of a GPU with ``memory_bytes`` of memory under
@@ -92,6 +112,28 @@ def kv_admission(server: str | None, admission: str | None = None) -> str:
             f"kv_admission must be one of {list(KV_ADMISSIONS)}, got {admission!r}"
         )
     return admission
+
+
+def window_pool(server: str | None) -> float | None:
+    """The ratio of a server's window-layer pool to its full-layer pool, in tokens
+    (:data:`SERVER_WINDOW_POOL`); None: one shared pool, out-of-window pages freed."""
+    return SERVER_WINDOW_POOL.get(server or "")
+
+
+def capacity_tokens(model, context: float, pool: float | None = None) -> float:
+    """Whole-cache tokens of memory a stream at ``context`` tokens takes up.
+
+    ``pool`` None (:func:`window_pool`): what it holds, ``model.kv_tokens(context)``.
+    Otherwise the window layers (a share f of the layers, window W > 0) have a pool of
+    ``pool`` times the full layers' tokens, so memory of K whole-cache tokens holds
+    K / (1 - f + pool f) tokens in each full layer; a stream needs c of them and
+    min(c, W) of the window pool's, so it takes up (1 - f + pool f) max(c, min(c, W) /
+    pool). Layers without attention (a 0-token window) hold nothing in any server.
+    """
+    f = model.window_fraction
+    if pool is None or not f or not model.window_tokens:
+        return model.kv_tokens(context)
+    return (1.0 - f + pool * f) * max(context, min(context, model.window_tokens) / pool)
 
 
 def admission_context(

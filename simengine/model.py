@@ -321,10 +321,12 @@ class ModelSpec(HashOnce):
         Sliding-window layers keep and read only their last ``window_tokens`` tokens
         (gpt-oss: every other layer, 128 tokens, "alternating dense and locally banded
         sparse attention", the gpt-oss model card, 2025-08; Mistral 7B, 4,096; Gemma 3,
-        five of six layers, 1,024), and the servers free what falls outside the window
-        (vLLM's hybrid KV cache manager, TensorRT-LLM's variable sliding-window
-        attention, SGLang's SWA memory pool), so a stream holds
+        five of six layers, 1,024), so a stream reads, and at most holds,
         e(c) = c - f max(0, c - W) whole-cache tokens, f = ``window_layers`` / layers.
+        What it takes up of the cache depends on the server's pools
+        (:func:`simengine.kv.capacity_tokens`: vLLM's hybrid KV cache manager frees what
+        falls out of the window, SGLang sizes the window layers' pool at 0.8 of the full
+        layers', TensorRT-LLM like the full layers').
         """
         f = self.window_fraction
         if not f:

@@ -45,7 +45,7 @@ import numpy as np
 
 from .errors import SimEngineError
 from .host import host_param, host_step_seconds
-from .kv import batch_at, chunk_count
+from .kv import batch_at, capacity_tokens, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
     compute_peak,
@@ -365,9 +365,12 @@ def _gpu_drafting(
     return shape.passes * one
 
 
-def _batch_at(s: Served, batch: float | None, context: float) -> tuple[float | None, float | None]:
+def _batch_at(
+    s: Served, batch: float | None, context: float, window_pool: float | None = None
+) -> tuple[float | None, float | None]:
     # (decode batch, the tier's batch cap) of a GPU deployment whose streams hold
     # ``context`` tokens; ``batch`` None: the cap. (None, None) on wafers.
+    # ``window_pool``: the server's window-layer pool (kv.window_pool; None: shared).
     if s.hw.kind != "gpu":
         return None, None
     # The paged cache holds fewer tokens when the TP group stores each more than once,
@@ -376,9 +379,13 @@ def _batch_at(s: Served, batch: float | None, context: float) -> tuple[float | N
     kv_tokens = (
         s.place.kv_tokens_per_replica - split.extra_weight_bytes / s.model.kv_bytes_per_token
     )
-    # A stream at ``context`` holds ModelSpec.kv_tokens(context) whole-cache tokens.
+    # A stream at ``context`` takes up kv.capacity_tokens whole-cache tokens (what it
+    # holds, ModelSpec.kv_tokens, unless the server sizes its window layers' pool apart).
     return batch_at(
-        kv_tokens / split.kv_copies, s.knobs.tier_batch, batch, s.model.kv_tokens(context)
+        kv_tokens / split.kv_copies,
+        s.knobs.tier_batch,
+        batch,
+        capacity_tokens(s.model, context, window_pool),
     )
 
 
@@ -395,11 +402,13 @@ def _serve(
     batch: float | None = None,
     context: float = 1024.0,
     admit_context: float | None = None,
+    window_pool: float | None = None,
 ) -> Served:
     # ``batch``: streams in flight per GPU replica (default: the tier's cap, i.e. full
     # load); ``context``: the context each co-batched stream holds (the workload's);
     # ``admit_context``: what each counts for when the KV cache admits streams (default:
-    # ``context``, the paged rule; kv.admission_context).
+    # ``context``, the paged rule; kv.admission_context); ``window_pool``: how the server
+    # sizes a sliding-window model's window layers (kv.window_pool; None: shared pool).
     hw = resolve_device(deployment.device)
     software = deployment.software or params.software_for(hw.key)
     # Concurrency is planned for the typical co-scheduled context, not the worst case.
@@ -437,7 +446,8 @@ def _serve(
         ),
     )
     served = dataclasses.replace(served, knobs=_knobs(served))
-    b, cap = _batch_at(served, batch, context if admit_context is None else admit_context)
+    admit = context if admit_context is None else admit_context
+    b, cap = _batch_at(served, batch, admit, window_pool)
     return dataclasses.replace(
         served, batch=b, batch_cap=cap, token_line=_token_line(served, b, context)
     )

@@ -63,7 +63,9 @@ def serving_point(
     ``kv_admission`` (default: the ``server``'s, :func:`simengine.kv.kv_admission`):
     "paged" admits a stream while the tokens held fit the cache; "reserved"
     (TensorRT-LLM's GUARANTEED_NO_EVICT) only when its whole input + output fits, so the
-    cache holds fewer streams (:func:`simengine.kv.admission_context`).
+    cache holds fewer streams (:func:`simengine.kv.admission_context`). A sliding-window
+    model's window layers take up the cache the ``server``'s pools give them
+    (:func:`simengine.kv.capacity_tokens`: TensorRT-LLM sizes them like full layers).
     ``output_tokens_cv`` (std / mean of the output lengths; default 0, fixed lengths)
     raises the context the streams in flight hold to the token-weighted mean
     (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
@@ -143,7 +145,15 @@ def serving_point(
     # The cache admits streams by what each counts for under the server's rule: the
     # tokens held (paged), or the whole input + output (reserved: fewer streams).
     admit = kv.admission_context(admission, input_tokens, output_tokens, output_tokens_cv)
-    s = _serve(model, deployment, p, context=context, admit_context=admit)
+    # A sliding-window model's window layers take up what the server's pools give them.
+    s = _serve(
+        model,
+        deployment,
+        p,
+        context=context,
+        admit_context=admit,
+        window_pool=kv.window_pool(server),
+    )
     gpu = s.hw.kind == "gpu"
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)

@@ -34,7 +34,10 @@ mean and spread (capped at ``max_output_tokens``; :mod:`simengine.offline`).
 ``server`` (GPUs: ``vllm``, ``sglang`` or ``tensorrt-llm``) sets the defaults that
 server runs with: TensorRT-LLM caps a batch at 2048 sequences and admits a request only
 when its whole input + output fits the KV cache (``kv_admission: "reserved"``), where
-the others admit while the tokens held fit (``"paged"``) (:func:`simengine.kv.kv_admission`).
+the others admit while the tokens held fit (``"paged"``) (:func:`simengine.kv.kv_admission`);
+a sliding-window model's window layers take up the cache that server's pools give them
+(:func:`simengine.kv.capacity_tokens`: vLLM frees what falls out of the window, SGLang
+sizes their pool at 0.8 of the full layers', TensorRT-LLM like the full layers').
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every

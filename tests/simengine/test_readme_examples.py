@@ -275,6 +275,16 @@ def test_sliding_window_example(readme):
         f"on one H200: the paged cache holds {win[0]} streams and they make {win[1]} tok/s; "
         f"stating every layer as full attention, {whole[0]} streams and {whole[1]} tok/s." in readme
     )
+    # Added in issue 28's sixteenth round: TensorRT-LLM sizes the window layers like full ones.
+    trt = predict_spec({"model": GPT_OSS, "hardware": "h200", "devices": 1, "concurrency": 2048,
+                        "input_tokens": 8000, "output_tokens": 1000, "server": "tensorrt-llm",
+                        "kv_admission": "paged"})  # fmt: skip
+    assert (
+        f'Under `"server": "tensorrt-llm"` with `"kv_admission": "paged"` the cache holds '
+        f"{_n(trt['batch'])} streams, as without the window, and they make "
+        f"{_n(trt['throughput_tokens_per_second'], 10)} tok/s (each step still reads only the "
+        f"window)." in readme
+    )
 
 
 def test_activation_dtype_example(readme):

@@ -1,12 +1,15 @@
-"""Sliding-window attention (issue 28, fifteenth round).
+"""Sliding-window attention (issue 28, fifteenth and sixteenth rounds).
 
 The term isolated: some layers attend over, and keep KV for, only the last W tokens
-(gpt-oss: every other layer, 128 tokens), and the servers free what falls out of the
-window, so a stream at context c holds e(c) = c - f max(0, c - W) whole-cache tokens
-(``ModelSpec.kv_tokens``, f the share of window layers). That one function sets what the
-paged cache holds (the batch), what a decode step reads and attends over, and a
-prefill's attended pairs (its integral, ``ModelSpec.attended_pairs``). A window wider
-than every context changes nothing; past it, the saving grows with the context.
+(gpt-oss: every other layer, 128 tokens), so a stream at context c reads and holds
+e(c) = c - f max(0, c - W) whole-cache tokens (``ModelSpec.kv_tokens``, f the share of
+window layers). That one function sets what a decode step reads and attends over, a
+prefill's attended pairs (its integral, ``ModelSpec.attended_pairs``) and, where the
+server frees what falls out of the window (vLLM), what the paged cache holds (the
+batch). A window wider than every context changes nothing; past it, the saving grows
+with the context. What a stream takes up of the cache follows the server's pools
+(``simengine.kv.capacity_tokens``, sixteenth round): TensorRT-LLM sizes the window
+layers' pool like the full layers', SGLang at 0.8 of it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from simengine.errors import SimEngineError
 from simengine.hardware import HARDWARE
 from simengine.holdout import legacy_spec
+from simengine.kv import capacity_tokens, window_pool
 from simengine.spec import model_from_spec, predict_spec
 from simengine.step import decode_step_line
 
@@ -145,3 +149,41 @@ def test_the_legacy_engine_never_sees_the_window():
     assert "sliding_window" not in legacy["model"]
     assert "sliding_window_layers" not in legacy["model"]
     assert factor == 1.0
+
+
+def test_each_server_sizes_the_window_layers_its_own_way():
+    win, full = model_from_spec(WINDOWED), model_from_spec(GPT_OSS)
+    assert window_pool("vllm") is None and window_pool(None) is None
+    assert window_pool("tensorrt-llm") == 1.0 and window_pool("sglang") == 0.8
+    for c in (64.0, 128.0, 8192.0):
+        # A shared pool that frees out-of-window pages: what the stream holds.
+        assert capacity_tokens(win, c, None) == win.kv_tokens(c)
+        # TensorRT-LLM: every layer sized as full attention, the whole context.
+        assert capacity_tokens(win, c, 1.0) == pytest.approx(c)
+        # No window: the server's pools do not matter.
+        assert capacity_tokens(full, c, 0.8) == c == capacity_tokens(full, c, 1.0)
+    # SGLang: full layers c, the window pool 0.8 of theirs: (1 - f + 0.8 f) c past it,
+    # and inside the window the smaller pool binds first: 0.9 c / 0.8.
+    assert capacity_tokens(win, 8192.0, 0.8) == pytest.approx(0.9 * 8192.0)
+    assert capacity_tokens(win, 100.0, 0.8) == pytest.approx(0.9 * 100.0 / 0.8)
+    # Layers without attention (a 0-token window) hold nothing in any server.
+    linear = model_from_spec({**GPT_OSS, "sliding_window": 0, "sliding_window_layers": 27})
+    assert capacity_tokens(linear, 4000.0, 1.0) == linear.kv_tokens(4000.0)
+
+
+def test_tensorrt_llm_holds_fewer_windowed_streams_but_reads_the_same_per_stream():
+    over = {"input_tokens": 8192, "max_batch_size": 65536, "kv_admission": "paged"}
+    by = {srv: predict_spec(_spec(WINDOWED, server=srv, **over))
+          for srv in ("vllm", "sglang", "tensorrt-llm")}  # fmt: skip
+    caps = [by[s]["batch_cap"] for s in ("vllm", "sglang", "tensorrt-llm")]
+    assert caps[0] > caps[1] > caps[2]  # freed > 0.8 pool > sized like full layers
+    # TensorRT-LLM holds as many windowed streams as the model without a window ...
+    plain = predict_spec(_spec(GPT_OSS, server="tensorrt-llm", **over))
+    assert by["tensorrt-llm"]["batch_cap"] == pytest.approx(plain["batch_cap"])
+    # ... and its steps still read only the window: at that one batch it is faster.
+    assert (by["tensorrt-llm"]["throughput_tokens_per_second"]
+            > plain["throughput_tokens_per_second"])  # fmt: skip
+    # At one stream the pools do not matter.
+    one = [predict_spec(_spec(WINDOWED, server=s, concurrency=1))["time_per_output_token_seconds"]
+           for s in ("vllm", "sglang", "tensorrt-llm")]  # fmt: skip
+    assert one[0] == pytest.approx(one[1], rel=1e-12) == pytest.approx(one[2], rel=1e-12)
