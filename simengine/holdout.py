@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .params import DEFAULT_PARAMS, EngineParams
-from .spec import predict_spec
+from .spec import model_from_spec, predict_spec
 
 HOLDOUT_FILE = Path(__file__).with_name("data") / "holdout.toml"
 METRICS = (
@@ -149,7 +149,9 @@ KIND_VALUES: dict[str, tuple[str, ...]] = {
 _NEW_MODEL_FIELDS = ("experts", "experts_per_token", "shared_experts", "attention_dtype",
                      "expert_dtype", "activation_dtype",
                      # added after the freeze (fifteenth round; `amended` says where)
-                     "sliding_window", "sliding_window_layers")  # fmt: skip
+                     "sliding_window", "sliding_window_layers",
+                     # seventeenth round: stated as the bytes it gives (legacy_spec)
+                     "kv_latent")  # fmt: skip
 _NEW_TOP_FIELDS = (
     "expert_parallel",
     "pipeline_parallel",
@@ -188,7 +190,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
 
     - model: ``experts``, ``experts_per_token``, ``shared_experts`` dropped (the old engine
       reads only ``active_params_b``); weights take ``expert_dtype`` when given (experts hold
-      most bytes), else ``dtype``; ``attention_dtype`` dropped; ``nvfp4`` -> ``fp4``.
+      most bytes), else ``dtype``; ``attention_dtype`` dropped; ``nvfp4`` -> ``fp4``;
+      ``kv_latent`` -> the ``kv_bytes_per_token`` it gives (where none is stated).
     - ``hardware = "gb200-nvl72"`` -> ``b200`` (one 8-GPU node); a tensor-parallel group
       larger than 8 GPUs cannot be stated: :class:`NotExpressible`. B200 stays the old
       192 GB profile (180 GB cannot be stated).
@@ -210,6 +213,9 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
     if spec.get("offline_requests") is not None:
         old["concurrency"] = spec["offline_requests"]
     model = dict(spec["model"])
+    if model.get("kv_latent") is not None and model.get("kv_bytes_per_token") is None:
+        # A stated latent width: the old engine reads the cache's bytes it gives.
+        model["kv_bytes_per_token"] = model_from_spec(spec["model"]).kv_bytes_per_token
     if model.get("expert_dtype"):
         model["dtype"] = model["expert_dtype"]
     for key in _NEW_MODEL_FIELDS:

@@ -100,6 +100,10 @@ class ModelSpec(HashOnce):
     # growing cache at all (attention-free or linear-attention layers).
     window_tokens: int = 0
     window_layers: int = 0
+    # A latent cache's width, stated: values per token per layer that every query head
+    # attends over (DeepSeek-V3 / Kimi K2: kv_lora_rank 512 + qk_rope_head_dim 64 = 576).
+    # 0 = not stated: read off ``kv_bytes_per_token`` (/ layers / ``kv_value_bytes``).
+    kv_latent: int = 0
 
     # Derived figures are cached_property: computed once per spec (the hot path asks
     # for them per token step); they live outside the dataclass fields, so equality and
@@ -116,9 +120,9 @@ class ModelSpec(HashOnce):
             value = getattr(self, field)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise SimEngineError(f"ModelSpec {self.name!r}: {field} must be > 0, got {value!r}")
-        for field in ("heads", "head_dim"):
+        for field in ("heads", "head_dim", "kv_latent"):
             value = getattr(self, field)
-            if not (isinstance(value, int) and value >= 0):
+            if isinstance(value, bool) or not (isinstance(value, int) and value >= 0):
                 raise SimEngineError(
                     f"ModelSpec {self.name!r}: {field} must be an integer >= 0, got {value!r}"
                 )
@@ -133,6 +137,10 @@ class ModelSpec(HashOnce):
                 raise SimEngineError(
                     f"ModelSpec {self.name!r}: {field} must be an integer >= 0, got {value!r}"
                 )
+        if self.kv_latent and not self.latent_cache:
+            raise SimEngineError(
+                f"ModelSpec {self.name!r}: kv_latent ({self.kv_latent}) needs latent_cache"
+            )
         if self.window_layers > self.layers:
             raise SimEngineError(
                 f"ModelSpec {self.name!r}: window_layers ({self.window_layers}) exceeds "
@@ -296,13 +304,24 @@ class ModelSpec(HashOnce):
         of a 128-wide head: 4 x heads x latent, ten times a GQA model of the same hidden
         size, which is why MLA decode is compute-bound (FlashMLA's deep dive, 2025-04:
         2 h_q s_k (d_k + d_v) FLOPs with d_k = 576, d_v = 512, i.e. 6 % below 4 x 576;
-        up to 660 TFLOPS of BF16 on an H800). The latent width is the cache's values per
-        token per layer (``kv_bytes_per_token`` / layers / ``kv_value_bytes``).
+        up to 660 TFLOPS of BF16 on an H800). The latent width is :attr:`latent_width`:
+        the stated ``kv_latent``, else the cache's values per token per layer.
         """
-        if self.latent_cache and self.heads and self.kv_value_bytes:
-            latent = self.kv_bytes_per_token / (self.layers * self.kv_value_bytes)
-            return 4.0 * self.layers * self.heads * latent
+        if self.heads and self.latent_width:
+            return 4.0 * self.layers * self.heads * self.latent_width
         return 4.0 * self.layers * self.attention_width
+
+    @functools.cached_property
+    def latent_width(self) -> float:
+        """Values per token per layer of a latent cache: ``kv_latent`` where stated, else
+        the cache's bytes per token / layers / ``kv_value_bytes`` (0 without a latent)."""
+        if not self.latent_cache:
+            return 0.0
+        if self.kv_latent:
+            return float(self.kv_latent)
+        if not self.kv_value_bytes:
+            return 0.0
+        return self.kv_bytes_per_token / (self.layers * self.kv_value_bytes)
 
     def kv_bytes(self, tokens: float) -> float:
         """KV-cache bytes of ``tokens`` whole-cache tokens (every layer's K and V; a

@@ -223,26 +223,32 @@ def attention_peak(model, hw) -> float:
     return hw.mma_peak(model.attention_bytes_per_param, model.attention_activation_bytes)
 
 
-def expert_peak(model, hw) -> float:
-    """Dense peak FLOP/s of the experts' GEMMs: the tensor-core rate of their weights and
-    activations."""
-    return hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes)
+def expert_peak(model, hw, efficiency: float = 1.0) -> float:
+    """Dense peak FLOP/s of the routed experts' GEMMs: the tensor-core rate of their
+    weights and activations, times ``efficiency`` (what a served MoE layer's grouped
+    GEMMs reach of it relative to a dense GEMM; params ``gpu:eta_expert``)."""
+    return hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes) * efficiency
 
 
-def compute_peak(model, hw) -> float:
+def compute_peak(model, hw, expert_efficiency: float = 1.0) -> float:
     """Dense peak FLOP/s for a token's active parameters at their dtypes: the non-expert
     and expert shares of the active parameters each at the tensor-core rate of their
     weights and activations (NVFP4 experts run at Blackwell's 4-bit rate, MXFP4 ones
-    with MXFP8 activations at its 8-bit rate, BF16 attention at the 16-bit rate),
-    combined as the time they take (a harmonic mean weighted by FLOPs)."""
+    with MXFP8 activations at its 8-bit rate, BF16 attention at the 16-bit rate), the
+    routed experts' at ``expert_efficiency`` of theirs (:func:`expert_peak`; shared
+    experts multiply every token, a dense GEMM), combined as the time they take (a
+    harmonic mean weighted by FLOPs)."""
     non_expert, expert = model.active_split
     peak_a = attention_peak(model, hw)
     if not expert:
         return peak_a
     peak_e = expert_peak(model, hw)
-    if peak_e == peak_a:
+    routed = model.expert_layout[1] * model.per_expert_params
+    if peak_e == peak_a and expert_efficiency == 1.0:
         return peak_a
-    return (non_expert + expert) / (non_expert / peak_a + expert / peak_e)
+    seconds = (non_expert / peak_a + (expert - routed) / peak_e
+               + routed / (peak_e * expert_efficiency))  # fmt: skip
+    return (non_expert + expert) / seconds
 
 
 def expert_share(model, tensor_parallel: int, expert_parallel: int) -> float:

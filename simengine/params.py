@@ -290,6 +290,26 @@ PRIORS: dict[str, Prior] = {
     "blackwell@2026.02:eta_decode_attention": Prior(
         0.55, 1.0, "logit", why="decode attention, Blackwell, 2026 software (deepseek-r1)"
     ),
+    # What a served MoE layer's routed-expert GEMMs reach of their tensor-core rate,
+    # relative to a dense GEMM's (a multiplier on eta_flop for the routed experts' FLOPs;
+    # shared experts multiply every token, a dense GEMM). One grouped GEMM with thousands
+    # of rows per expert runs at about the dense rate in a kernel benchmark (DeepGEMM's
+    # H800 table: 4 groups x 8,192 rows, N 4,096, K 7,168 at 1,297 TFLOPS against 1,304
+    # for one 4,096-row GEMM of that N and K), but a served layer splits a step's tokens
+    # over its experts (tokens x k / E rows each: a few dozen in decode, a few hundred in
+    # a prefill chunk), pads each expert's rows to its tile (TensorRT-LLM sizes the tile
+    # for 1.3x the mean expert load, rounded up to a power of two:
+    # tensorrt_llm/_torch/custom_ops, tile_tokens_dim) and runs routing, permute,
+    # activation-quantize and finalize passes a dense layer does not. Prior 0.8; the GPU
+    # points fit it: gpt-oss-120b's prefill-heavy MLPerf Offline runs (mostly routed-
+    # expert FLOPs; three on B200, one on H200) against the dense llama points (eta_flop
+    # alone). One value for every GPU and era: split per generation, the one Hopper
+    # point, gpt-oss on H200, fits Hopper's value alone (0.52 against Blackwell's 0.59),
+    # and the split fit ends at a higher cost (29.5 against 28.1) in the same 200
+    # iterations.
+    "gpu:eta_expert": Prior(
+        0.8, 1.0, "logit", why="routed experts' GEMMs vs dense, rate share (GPU points)"
+    ),
     # Time of each kernel a GPU decode step launches, outside the roofline: its launch-
     # to-finish latency under CUDA graphs, however little the kernel does, so a step's
     # fixed time grows with the kernels its layers launch (simengine.step,

@@ -224,6 +224,7 @@ def _knobs(s: Served) -> Knobs:
     if gpu:
         eta_flop = s.p("eta_flop")
         eta_mem = s.p("eta_mem")
+        eta_expert = _expert_efficiency(s)
         tp = s.place.tensor_parallel or 1
         gemm = gemm_line(
             s.model,
@@ -231,8 +232,8 @@ def _knobs(s: Served) -> Knobs:
             s.deployment.expert_parallel,
             s.attention.extra_weight_bytes,
             tp * s.hw.memory_bandwidth * eta_mem,
-            tp * compute_peak(s.model, s.hw) * eta_flop,
-            tp * expert_peak(s.model, s.hw) * eta_flop,
+            tp * compute_peak(s.model, s.hw, eta_expert) * eta_flop,
+            tp * expert_peak(s.model, s.hw, eta_expert) * eta_flop,
             s.deployment.experts_balanced,
         )
         return Knobs(
@@ -250,6 +251,7 @@ def _knobs(s: Served) -> Knobs:
             wafer_fixed=0.0,
             host_per_stream=_host_per_stream(s),
             gemm=gemm,
+            expert_efficiency=eta_expert,
         )
     verify_extra, draft = speculative_seconds(s, spec)
     return Knobs(
@@ -267,6 +269,12 @@ def _knobs(s: Served) -> Knobs:
         wafer_verify_extra=verify_extra,
         wafer_draft=draft,
     )
+
+
+def _expert_efficiency(s: Served) -> float:
+    # The routed experts' GEMMs' share of their tensor-core rate relative to a dense
+    # GEMM's (params gpu:eta_expert); 1 for a dense model (no expert GEMMs).
+    return s.p("eta_expert") if s.model.is_moe else 1.0
 
 
 def _host_per_stream(s: Served) -> float:
@@ -358,7 +366,7 @@ def _gpu_drafting(
         kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * m.kv_tokens(context)),
         attention_flops=m.decode_attention_flops * batch * m.kv_tokens(context),
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
-        flop_rate=tp * compute_peak(m, s.hw) * k.eta_flop,
+        flop_rate=tp * compute_peak(m, s.hw, k.expert_efficiency) * k.eta_flop,
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
         fixed=line.collectives + k.step_overhead,
     )

@@ -56,7 +56,7 @@ def prefill_parts(s: Served, new, cached):
     # Causal attention over the cached prefix and the new tokens themselves.
     # The weight GEMMs at the weights' tensor-core rate, attention at the 16-bit rate
     # (_attention_at_peak); as time.
-    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw)
+    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw, k.expert_efficiency)
     attention = _attention_at_peak(s, new, cached)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
@@ -69,7 +69,8 @@ def prefill_parts(s: Served, new, cached):
     balanced = False
     if ep > 1:
         balanced = s.deployment.experts_balanced
-        gemm = gemm + imbalance_flops(m, new, tp, ep, balanced) / expert_peak(m, s.hw)
+        gemm = gemm + (imbalance_flops(m, new, tp, ep, balanced)
+                       / expert_peak(m, s.hw, k.expert_efficiency))  # fmt: skip
     t_flop = (gemm + attention) / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.

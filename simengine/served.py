@@ -164,3 +164,6 @@ class Knobs:
     wafer_draft: float = 0.0  # wafers: one drafter pass
     host_per_stream: float = 0.0  # GPUs: the host's seconds per stream in the batch, per step
     gemm: GemmLine | None = None  # GPUs: the replica's weight GEMMs by tokens in a step
+    # GPUs: the routed experts' GEMMs' share of their tensor-core rate relative to a
+    # dense GEMM's (params gpu:eta_expert; 1 for a dense model and on wafers).
+    expert_efficiency: float = 1.0

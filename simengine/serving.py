@@ -255,10 +255,12 @@ def offline_run(
     # A finite run on one replica (simengine.offline): the step at each batch and mean
     # context is the served deployment's, the same line the steady state reads.
     gpu = s.hw.kind == "gpu"
-    # Without speculation a GPU step is proportional to the streams' common context
-    # plus a constant, both set by the batch alone (the co-batched streams' KV and
-    # attention scale with the context; weights, GEMMs and collectives do not): one
-    # (slope, constant) per batch size, not one step line per completion event.
+    # Without speculation a GPU step is proportional to the tokens the streams attend
+    # over plus a constant, both set by the batch alone (the co-batched streams' KV and
+    # attention scale with those tokens; weights, GEMMs and collectives do not): one
+    # (slope, constant) per batch size, not one step line per completion event. A
+    # stream at context c attends over ModelSpec.kv_tokens(c) whole-cache tokens: c, or
+    # fewer when sliding-window layers read only their window.
     affine = gpu and s.knobs.speculation is None
 
     def step(batch: float, context: float) -> float:
@@ -285,7 +287,7 @@ def offline_run(
 
     def step_many(batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         coef = coefficients(batch)
-        return coef[:, 0] * context + coef[:, 1] + per_token
+        return coef[:, 0] * s.model.kv_tokens(context) + coef[:, 1] + per_token
 
     def host_many(batch: np.ndarray) -> np.ndarray:
         # The host's work per step at each batch (simengine.host; the context does not

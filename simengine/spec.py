@@ -13,9 +13,11 @@ out, the way NIM/vLLM/TensorRT-LLM benchmarks are run) or open loop
 
 A mixture of experts states its experts (``experts``, ``experts_per_token``,
 ``shared_experts``) and may give each component its own dtype (``attention_dtype``,
-``expert_dtype``, ``kv_dtype``); ``expert_parallel`` splits the experts over GPUs
-(:mod:`simengine.moe`). ``tensor_parallel`` n with ``expert_parallel`` n is attention
-tensor-parallel over the n GPUs with the experts expert-parallel; attention data
+``expert_dtype``, ``kv_dtype``); a latent KV cache (multi-head latent attention) states
+its width, ``kv_latent`` (576 for DeepSeek-V3), and its bytes follow ``kv_dtype``;
+``expert_parallel`` splits the experts over GPUs (:mod:`simengine.moe`).
+``tensor_parallel`` n with ``expert_parallel`` n is attention tensor-parallel over the n
+GPUs with the experts expert-parallel; attention data
 parallelism (TensorRT-LLM's ``enable_attention_dp``, "DEP"; SGLang's
 ``--enable-dp-attention``) is a separate, default-off flag in both servers over the same
 tp/ep sizes, so it is never inferred: ``attention_data_parallel: true`` states it
@@ -163,6 +165,11 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "experts_per_token": None,
     "shared_experts": 0,
     "kv_bytes_per_token": None,  # a published compressed-cache size overrides the formula
+    # A latent KV cache shared by all heads (multi-head latent attention), stated as its
+    # width: values per token per layer (DeepSeek-V3/R1/V3.2, Kimi K2: 512 + 64 = 576).
+    # Its bytes follow kv_dtype (576 x layers x bytes) unless kv_bytes_per_token states a
+    # published layout; its width sets decode attention's FLOPs whatever the dtype.
+    "kv_latent": None,
     # Sliding-window attention: sliding_window_layers of the layers attend over (and keep
     # KV for) only the last sliding_window tokens (gpt-oss: 18 of 36 layers, 128 tokens;
     # 0 tokens: layers with no growing cache, e.g. linear attention). Give both or neither.
@@ -234,14 +241,24 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
     kv_shards, latent = kv_heads, False
+    kv_latent = _kv_latent(m, kv_heads, head_dim)
+    if kv_latent:
+        # A latent shared by all heads (multi-head latent attention): it does not split
+        # over TP GPUs, and every query head attends over all of it.
+        kv_shards, latent = 1, True
     if m["kv_bytes_per_token"] is None:
-        kv = per_head
+        kv = kv_latent * layers * kv_b if kv_latent else per_head
     else:
         kv = _num(m, "kv_bytes_per_token", "model.")
         if kv < per_head * (1 - 1e-6):
             # A published cache smaller than K and V per head is a latent shared by all
             # heads (multi-head latent attention): it does not split over TP GPUs.
             kv_shards, latent = 1, True
+        elif kv_latent:
+            raise _err(
+                f"model.kv_bytes_per_token ({kv:g}) must be below K and V per KV head "
+                f"({per_head:g}) for a latent cache (model.kv_latent)"
+            )
     window = (
         max(8192, tokens) if m["context_window"] is None else _int(m, "context_window", "model.")
     )
@@ -273,7 +290,22 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
         kv_value_bytes=kv_b,
         window_tokens=window_tokens,
         window_layers=window_layers,
+        kv_latent=kv_latent,
     )
+
+
+def _kv_latent(m: Mapping[str, Any], kv_heads: int, head_dim: int) -> int:
+    # A spec's stated latent width (0: none stated); a latent is narrower than the K and
+    # V of one KV head per token and layer, or it is not one.
+    if m["kv_latent"] is None:
+        return 0
+    width = _int(m, "kv_latent", "model.")
+    if width >= 2 * kv_heads * head_dim:
+        raise _err(
+            f"model.kv_latent ({width}) must be below K and V per KV head (2 x kv_heads x "
+            f"head_dim = {2 * kv_heads * head_dim}): a latent shared by all heads is narrower"
+        )
+    return width
 
 
 def _sliding_window(m: Mapping[str, Any], layers: int) -> tuple[int, int]:

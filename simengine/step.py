@@ -97,6 +97,7 @@ def decode_step_seconds(
     tokens_per_stream: int = 1,
     expert_parallel: int = 1,
     eta_attention: float | None = None,
+    expert_efficiency: float = 1.0,
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
@@ -108,7 +109,8 @@ def decode_step_seconds(
     and TP = 1 this is the bandwidth ceiling. ``tokens_per_stream`` > 1 is a
     speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
     k + 1 times). ``eta_attention``: decode attention's share of the 16-bit peak (default
-    ``eta_flop``).
+    ``eta_flop``); ``expert_efficiency``: the routed experts' GEMMs' share of their rate
+    relative to a dense GEMM's (params ``gpu:eta_expert``; default 1).
     """
     line = decode_step_line(
         model,
@@ -124,6 +126,7 @@ def decode_step_seconds(
         tokens_per_stream=tokens_per_stream,
         expert_parallel=expert_parallel,
         eta_attention=eta_attention,
+        expert_efficiency=expert_efficiency,
     )
     return line.at(context_tokens)
 
@@ -244,6 +247,7 @@ def decode_step_line(
     split: AttentionSplit | None = None,
     eta_attention: float | None = None,
     gemm: GemmLine | None = None,
+    expert_efficiency: float = 1.0,
 ) -> StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -265,7 +269,7 @@ def decode_step_line(
     tp, ep = tensor_parallel, expert_parallel
     experts_balanced = balanced_by_default(ep, experts_balanced)
     mem_rate = tp * hw.memory_bandwidth * eta_mem
-    flop_rate = tp * compute_peak(model, hw) * eta_flop
+    flop_rate = tp * compute_peak(model, hw, expert_efficiency) * eta_flop
     attn = model.decode_attention_flops * tokens_per_stream
     # Decode attention at its own efficiency (params: eta_decode_attention; the GEMMs'
     # where none is calibrated).
@@ -285,7 +289,7 @@ def decode_step_line(
     )
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
     if gemm is None:
-        routed_rate = tp * expert_peak(model, hw) * eta_flop
+        routed_rate = tp * expert_peak(model, hw, expert_efficiency) * eta_flop
         gemm = gemm_line(
             model,
             tp,

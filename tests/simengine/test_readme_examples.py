@@ -132,7 +132,7 @@ DEEPSEEK_V3 = {
     "name": "deepseek-v3", "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128,
     "head_dim": 128, "params_b": 671, "active_params_b": 37, "experts": 256,
     "experts_per_token": 8, "shared_experts": 1, "dtype": "fp8", "kv_dtype": "bf16",
-    "kv_bytes_per_token": 70272,
+    "kv_latent": 576,
 }  # fmt: skip
 GPT_OSS = {
     "name": "gpt-oss-120b", "layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,

@@ -85,7 +85,9 @@ def test_attention_dp_holds_more_mla_streams_than_tensor_parallel():
     tp_kv_tokens = tp["batch"] * per_stream * 8  # 8 copies
     assert dp["batch"] == pytest.approx((tp_kv_tokens - extra_tokens) / per_stream, rel=1e-6)
     assert dp["batch"] > 5 * tp["batch"]
-    assert dp["throughput_tokens_per_second"] > 1.5 * tp["throughput_tokens_per_second"]
+    # 1.38x (1.65x until issue 28's seventeenth round): the larger batch makes the routed
+    # experts' GEMMs bind (gpu:eta_expert), which the streams' KV does not relieve.
+    assert dp["throughput_tokens_per_second"] > 1.3 * tp["throughput_tokens_per_second"]
 
 
 def test_attention_dp_batch_cap_is_per_gpu():

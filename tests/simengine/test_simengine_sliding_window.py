@@ -187,3 +187,23 @@ def test_tensorrt_llm_holds_fewer_windowed_streams_but_reads_the_same_per_stream
     one = [predict_spec(_spec(WINDOWED, server=s, concurrency=1))["time_per_output_token_seconds"]
            for s in ("vllm", "sglang", "tensorrt-llm")]  # fmt: skip
     assert one[0] == pytest.approx(one[1], rel=1e-12) == pytest.approx(one[2], rel=1e-12)
+
+
+def test_a_finite_run_steps_at_the_windowed_context():
+    # Seventeenth round: a finite run (offline_requests) times each interval's step from
+    # per-batch coefficients; those scale with the tokens the streams attend over,
+    # kv_tokens(c), not with c (the windowed layers read 128 of them). One wave of 64
+    # requests (prompts prefilled elsewhere, fixed lengths) decodes at its midpoint's
+    # context, 4096 + 2048: the same step the steady state reads there. Before the fix
+    # the run read every layer's KV over the whole context, as if there were no window.
+    spec = _spec(WINDOWED, server="tensorrt-llm", hardware="b200", max_batch_size=64,
+                 input_tokens=4096, output_tokens=4096, disaggregated_prefill=True)  # fmt: skip
+    steady = predict_spec({**spec, "concurrency": 64})
+    run = predict_spec({k: v for k, v in spec.items() if k != "concurrency"}
+                       | {"offline_requests": 64})  # fmt: skip
+    assert run["batch"] == steady["batch"] == 64
+    assert run["time_per_output_token_seconds"] == pytest.approx(
+        steady["time_per_output_token_seconds"], rel=1e-9
+    )
+    no_window = predict_spec({**spec, "model": GPT_OSS, "concurrency": 64})
+    assert run["time_per_output_token_seconds"] < no_window["time_per_output_token_seconds"]
