@@ -93,7 +93,7 @@ def test_leave_one_gpu_source_out_refit_predicts_its_points(loo):
     # prior's (the README says these two knobs are not cross-validated).
     # Nor, since issue 28's fourteenth round, the SGLang gpt-oss benchmark: its four
     # batch-1 points are the only ones where the kernels' own latency binds
-    # (gpu:kernel_overhead, 3.4 us fitted with them, 2.3 us without), so left out they
+    # (gpu:kernel_overhead, 3.4 us fitted with them, 2.2 us without), so left out they
     # test that knob's prior, not the other sources. This check had passed at +39 % (its
     # BF16 B200 point) in the thirteenth round and failed at +41 % once the expert load
     # imbalance moved the deepseek-r1 points; the README and the round's note say so.
