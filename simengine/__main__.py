@@ -1,6 +1,6 @@
 """``python -m simengine [calibrate] [--write]`` refits the calibration and prints the fit and
 hold-out tables (see :func:`simengine.calibration.main`);
-``python -m simengine predict --spec FILE.json [--json]`` predicts any architecture
+``python -m simengine predict --spec FILE.json [--json] [--plot PNG]`` predicts any architecture
 (see :mod:`simengine.spec`)."""
 
 import sys

@@ -13,6 +13,9 @@ Pure functions of sizes and parameters (no engine state), used by
 * :func:`batch_at` - the decode batch of a GPU replica: the streams asked for, capped
   by the server's batch cap and by what the free KV memory holds, each stream holding
   only the tokens it has so far (paged KV, :data:`KV_PAGE_TOKENS` pages);
+* :func:`server_kv_value_bytes` - the cache's bytes per value when a spec does not state its
+  dtype: the server's "auto" (16-bit under vLLM and SGLang, the checkpoint's under
+  TensorRT-LLM);
 * :func:`window_pool` and :func:`capacity_tokens` - how much of the cache a stream of a
   sliding-window model takes up under the server's pool layout (the window layers'
   pool sized like the full layers' under TensorRT-LLM, at 0.8 of it under SGLang);
@@ -88,6 +91,19 @@ SERVER_KV_ADMISSION = {"tensorrt-llm": "reserved"}
 #   blocks as full attention"), so a window saves reads, not capacity.
 SERVER_WINDOW_POOL = {"tensorrt-llm": 1.0, "sglang": 0.8}
 
+# The KV cache's dtype when a spec does not state one (every server's "auto"):
+# - vLLM and SGLang store it in the model's data type, 16-bit whatever the weights'
+#   quantization (vLLM's CacheConfig.cache_dtype: 'If "auto", will use model data type';
+#   SGLang's --kv-cache-dtype: '"auto" will use model data type'): an FP8 or FP4
+#   checkpoint still keeps a BF16 cache unless the server is told fp8. (vLLM makes an
+#   exception for a few models, DeepSeek-V3.2 among them, whose cache defaults to fp8: a
+#   spec for those states kv_dtype.)
+# - TensorRT-LLM reads the checkpoint's quantization config (``kv_cache_quant_algo``, FP8
+#   in NVIDIA's FP8 and FP4 checkpoints), and an unnamed server is taken the same way:
+#   the weights' dtype, never below 8 bits (simengine.model.default_kv_value_bytes).
+# A spec that states kv_bytes_per_token states its cache, and is read as before.
+SERVER_KV_VALUE_BYTES = {"vllm": 2.0, "sglang": 2.0}
+
 
 def default_max_batch_size(memory_bytes: float, server: str | None = None) -> int:
     """The production batch cap of a GPU with ``memory_bytes`` of memory under
@@ -112,6 +128,14 @@ def kv_admission(server: str | None, admission: str | None = None) -> str:
             f"kv_admission must be one of {list(KV_ADMISSIONS)}, got {admission!r}"
         )
     return admission
+
+
+def server_kv_value_bytes(server: str | None) -> float | None:
+    """Bytes per cached K/V value under the ``server``'s "auto" when a spec states
+    neither ``kv_dtype`` nor the cache's size (:data:`SERVER_KV_VALUE_BYTES`: 16-bit
+    under vLLM and SGLang); None: the checkpoint's, i.e. the weights' dtype never below 8
+    bits (:func:`simengine.model.default_kv_value_bytes`)."""
+    return SERVER_KV_VALUE_BYTES.get(server) if isinstance(server, str) else None
 
 
 def window_pool(server: str | None) -> float | None:

@@ -286,14 +286,18 @@ class GemmLine(NamedTuple):
     routed: float = 0.0
     skew: tuple[int, int, int, bool] | None = None
 
+    def read(self, tokens):
+        """Seconds to read the weights ``tokens`` tokens touch (a number or an array)."""
+        if self.experts:
+            return self.always + self.experts * touched_fraction(self.share, tokens)
+        return self.always
+
     def at(self, tokens):
         """Seconds for ``tokens`` tokens (a number or an array)."""
         flops = self.per_token * tokens
         if self.routed:
             flops = flops + self.routed * tokens * (rank_load_factor(tokens, *self.skew) - 1.0)
-        read = self.always
-        if self.experts:
-            read = read + self.experts * touched_fraction(self.share, tokens)
+        read = self.read(tokens)
         if isinstance(flops, float):  # a number (the router's path): no numpy
             return read if read >= flops else flops
         return np.maximum(read, flops)

@@ -302,6 +302,112 @@ def _server_token_seconds(s: Served, context):
     return s.token_line.at(context)
 
 
+def _step_tokens(s: Served, b: float) -> float:
+    # The tokens one decode step of ``b`` streams multiplies through the weights: a
+    # pipeline stage's micro-batch (simengine.parallel.pipeline_microbatch), each stream's
+    # draft tokens and its own when speculating.
+    spec = s.knobs.speculation
+    per_stream = 1 if spec is None else spec.draft_tokens + 1
+    return pipeline_microbatch(b, s.place.pipeline_stages) * per_stream
+
+
+def _decode_line(s: Served, b: float, other_context: float) -> StepLine:
+    # One decode step of ``b`` streams of a served GPU deployment, each other stream
+    # holding ``other_context`` tokens (simengine.step): its kernels, before the launch
+    # overhead, the drafter's passes and the host's work.
+    k = s.knobs
+    spec = k.speculation
+    stages = s.place.pipeline_stages
+    return decode_step_line(
+        s.model,
+        s.hw,
+        # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch).
+        batch=pipeline_microbatch(b, stages),
+        other_context_tokens=other_context,
+        tensor_parallel=s.place.tensor_parallel or 1,
+        pipeline_stages=stages,
+        eta_mem=k.eta_mem,
+        eta_flop=k.eta_flop,
+        allreduce_base=k.allreduce_base,
+        activation_bytes=k.activation_bytes,
+        tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
+        expert_parallel=s.deployment.expert_parallel,
+        experts_balanced=s.deployment.experts_balanced,
+        split=s.attention,
+        eta_attention=k.eta_attention,
+        gemm=k.gemm,
+    )
+
+
+# The parts of one stream's time per output token (token_parts), in the order a step
+# runs them. GPUs: the decode step's attention kernels (the streams' KV read or its
+# FLOPs, whichever binds), weight GEMMs (the weights the batch touches read once, or
+# their FLOPs), collectives (tensor-parallel all-reduces, expert-parallel all-to-alls,
+# pipeline hops), the kernels' launch-to-finish overhead, the drafter's passes
+# (speculative decoding), the host's work beyond the GPU step when it binds, the other
+# streams' prompt chunks riding the step (chunked prefill), the transport. Wafers: the
+# weights streamed from SRAM, the KV read, the pipeline's pass, the speculative verify
+# extra and drafter passes, the transport.
+GPU_TOKEN_PARTS = ("attention", "weight_gemms", "collectives", "kernel_launches", "drafting",
+                   "host_beyond_gpu", "prefill_riding", "transport")  # fmt: skip
+WAFER_TOKEN_PARTS = ("weights", "kv_read", "pipeline_pass", "speculation", "transport")
+
+
+def token_parts(
+    s: Served, batch: float | None, context: float, extra: float = 0.0, per_token: float = 0.0
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Where one stream's time per output token goes, at a decode batch of ``batch``
+    streams each at ``context`` tokens: (seconds by part, which resource binds).
+
+    The same line the prediction reads (:func:`_token_line`), cut into its terms
+    (:data:`GPU_TOKEN_PARTS` / :data:`WAFER_TOKEN_PARTS`), each per generated token (a
+    speculative step's parts over the tokens it yields): they sum to the time per output
+    token. ``extra``: the other streams' prefills riding each token (chunked prefill,
+    :func:`simengine.prefill.interference`); ``per_token``: the transport's. The bounds
+    say which side of each roofline binds: GPUs' ``attention`` (``kv_read`` or
+    ``flops``), ``weight_gemms`` (``read`` or ``flops``) and ``step`` (``gpu`` or
+    ``host``); wafers' ``step`` (``pipeline``).
+    """
+    k = s.knobs
+    spec = k.speculation
+    per_step = spec.tokens_per_step if spec is not None else 1.0
+    if s.hw.kind == "wafer":
+        line = s.token_line
+        pipeline = (k.wafer_pass + k.wafer_fixed) / per_step
+        parts = {
+            "weights": line.mem0,
+            "kv_read": line.mem1 * context,
+            "pipeline_pass": pipeline,
+            "speculation": line.fixed - pipeline,
+            "transport": per_token,
+        }
+        return parts, {"step": "pipeline"}
+    b = float(batch or 1)
+    d = _decode_line(s, b, context)
+    kv, flops = d.mem0 + d.mem1 * context, d.flop0 + d.flop1 * context
+    tokens = _step_tokens(s, b)
+    gemm = k.gemm.at(tokens)
+    drafting = 0.0 if spec is None else _gpu_drafting(s, d, b, context, spec)
+    gpu = (max(kv, flops) + d.fixed + k.step_overhead + drafting) / per_step
+    host = k.host_per_stream * b / per_step - extra  # the host's share a token waits on
+    parts = {
+        "attention": max(kv, flops) / per_step,
+        "weight_gemms": gemm / per_step,
+        "collectives": (d.fixed - gemm) / per_step,
+        "kernel_launches": k.step_overhead / per_step,
+        "drafting": drafting / per_step,
+        "host_beyond_gpu": max(0.0, host - gpu),
+        "prefill_riding": extra,
+        "transport": per_token,
+    }
+    bounds = {
+        "attention": "kv_read" if kv >= flops else "flops",
+        "weight_gemms": "read" if k.gemm.read(tokens) >= gemm else "flops",
+        "step": "host" if host > gpu else "gpu",
+    }
+    return parts, bounds
+
+
 def _token_line(s: Served, batch: float | None, other_context: float) -> StepLine:
     # The per-token time of a served deployment as a line in the context length, at a
     # decode batch of ``batch`` streams each holding ``other_context`` (GPUs; a wafer's
@@ -321,26 +427,7 @@ def _token_line(s: Served, batch: float | None, other_context: float) -> StepLin
         mem0 = s.model.decode_weight_bytes(1) / bw
         return StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
     b = float(batch or 1)
-    stages = s.place.pipeline_stages
-    line = decode_step_line(
-        s.model,
-        s.hw,
-        # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch).
-        batch=pipeline_microbatch(b, stages),
-        other_context_tokens=other_context,
-        tensor_parallel=s.place.tensor_parallel or 1,
-        pipeline_stages=stages,
-        eta_mem=k.eta_mem,
-        eta_flop=k.eta_flop,
-        allreduce_base=k.allreduce_base,
-        activation_bytes=k.activation_bytes,
-        tokens_per_stream=1 if spec is None else spec.draft_tokens + 1,
-        expert_parallel=s.deployment.expert_parallel,
-        experts_balanced=s.deployment.experts_balanced,
-        split=s.attention,
-        eta_attention=k.eta_attention,
-        gemm=k.gemm,
-    )
+    line = _decode_line(s, b, other_context)
     fixed = line.fixed + k.step_overhead
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if spec is None:

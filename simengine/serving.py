@@ -22,7 +22,7 @@ from .errors import SimEngineError
 from .model import ModelSpec
 from .parallel import attention_dp_batch_cap, attention_dp_in_phase
 from .params import DEFAULT_PARAMS, EngineParams
-from .perf import _chunks, _serve, _token_line
+from .perf import _chunks, _serve, _token_line, token_parts
 from .placement import resolve_device
 from .prefill import carried, interference, prefill_parts, with_prefills
 from .queueing import wait_estimate
@@ -171,14 +171,19 @@ def serving_point(
 
     elsewhere = prefill if disaggregated_prefill else 0.0
 
+    def riding(batch: float) -> float:
+        # The other streams' prompt chunks riding each generated token (chunked prefill;
+        # none when prompts are prefilled elsewhere, or on wafers).
+        decoding_with_prefills = gpu and not disaggregated_prefill
+        return interference(
+            s, batch if decoding_with_prefills else None, side, input_tokens, output_tokens
+        )
+
     def at(batch: float) -> tuple[float, float, float]:
         # (TTFT without queueing, time per output token, the time a request holds a
         # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
         line = _token_line(s, batch, context) if gpu else s.token_line
-        decoding_with_prefills = gpu and not disaggregated_prefill
-        extra = interference(
-            s, batch if decoding_with_prefills else None, side, input_tokens, output_tokens
-        )
+        extra = riding(batch)
         step = with_prefills(line, extra).at(context)
         tpot = step + per_token + extra
         ttft = prefill + chunks * step + ttft_extra
@@ -209,6 +214,12 @@ def serving_point(
             prefill if gpu and not disaggregated_prefill else 0.0,
         )  # fmt: skip
         throughput = rate_per_second * output_tokens
+    # Where a stream's time per output token goes at that batch (perf.token_parts): the
+    # steady state's; a finite run's steps change as it fills and drains (its prompts
+    # ride the steps after each admission, not one every mean output), so none.
+    parts, bounds = None, None
+    if run is None:
+        parts, bounds = token_parts(s, streams, context, riding(streams), per_token)
     return {
         "ttft_seconds": ttft + queue,
         "time_per_output_token_seconds": tpot,
@@ -227,6 +238,8 @@ def serving_point(
         "pipeline_stages": s.place.pipeline_stages,
         "software": s.software,
         "software_era": era,
+        "time_per_output_token_parts": parts,
+        "time_per_output_token_bounds": bounds,
         "run_seconds": None if run is None else run.seconds,
         "drain_seconds": None if run is None else run.drain_seconds,
         **{

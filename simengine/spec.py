@@ -55,7 +55,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .kv import kv_admission, output_cv
+from .kv import kv_admission, output_cv, server_kv_value_bytes
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import longest_output
@@ -155,7 +155,9 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "dtype": "bf16",  # weights
     "attention_dtype": None,  # non-expert weights (attention, embeddings); default: dtype
     "expert_dtype": None,  # expert weights (MoE); default: dtype
-    "kv_dtype": None,  # KV cache; default: dtype, but never below 8 bits (fp4 -> fp8)
+    # KV cache; default: the server's "auto" (vllm, sglang: 16-bit, the model's data
+    # type), else (tensorrt-llm, not stated) dtype, but never below 8 bits (fp4 -> fp8)
+    "kv_dtype": None,
     # Activations the weight GEMMs multiply by (each GEMM runs at the wider of its weights
     # and these); default: by weight format (DEFAULT_ACTIVATION_BYTES), else like the weights.
     "activation_dtype": None,
@@ -216,8 +218,10 @@ def _fill(data: Any, defaults: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
-    """A ModelSpec from a spec's ``model`` object (KV bytes derived from the architecture)."""
+def model_from_spec(data: Any, *, tokens: int = 0, server: str | None = None) -> ModelSpec:
+    """A ModelSpec from a spec's ``model`` object (KV bytes derived from the architecture;
+    a cache whose dtype and size are not stated is in the ``server``'s "auto" dtype,
+    :func:`simengine.kv.server_kv_value_bytes`)."""
     m = _fill(data, MODEL_DEFAULTS, "model.")
     for key in ("layers", "hidden", "params_b"):
         if m[key] is None:
@@ -236,7 +240,12 @@ def model_from_spec(data: Any, *, tokens: int = 0) -> ModelSpec:
     bpp = _dtype(m, "dtype", "model.")
     attn_b = bpp if m["attention_dtype"] is None else _dtype(m, "attention_dtype", "model.")
     expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
-    kv_b = default_kv_value_bytes(bpp) if m["kv_dtype"] is None else _dtype(m, "kv_dtype", "model.")
+    if m["kv_dtype"] is not None:
+        kv_b = _dtype(m, "kv_dtype", "model.")
+    elif m["kv_bytes_per_token"] is None and server_kv_value_bytes(server):
+        kv_b = server_kv_value_bytes(server)
+    else:
+        kv_b = default_kv_value_bytes(bpp)
     act = None if m["activation_dtype"] is None else _dtype(m, "activation_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)
@@ -411,7 +420,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     except SimEngineError as exc:
         raise _err(str(exc)) from None
     ep = _int(s, "expert_parallel", "")
-    model = model_from_spec(s["model"], tokens=longest)
+    model = model_from_spec(s["model"], tokens=longest, server=s["server"])
     devices = None if s["devices"] is None else _int(s, "devices", "")
     tp = None if s["tensor_parallel"] is None else _int(s, "tensor_parallel", "")
     if hw.kind == "wafer":
@@ -537,7 +546,12 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     cache holds under ``kv_admission``, also returned); wafers, the pipeline's slots),
     ``capacity_requests_per_second`` (open loop; None in a closed loop),
     ``kv_bytes_per_token``, ``software`` / ``software_era`` (the calibrated era used and
-    why) plus the placement used (replicas, devices, tensor_parallel, pipeline_stages).
+    why) plus the placement used (replicas, devices, tensor_parallel, pipeline_stages),
+    and where a stream's time per output token goes: ``time_per_output_token_parts``
+    (seconds by part, summing to ``time_per_output_token_seconds``) and
+    ``time_per_output_token_bounds`` (which side of each roofline binds;
+    :func:`simengine.perf.token_parts`), both None for a finite run (``offline_requests``),
+    whose steps change as it fills and drains.
     """
     model, deployment, w = parse_spec(data)
     if deployment.nodes_per_replica is None:
@@ -589,8 +603,24 @@ _OUTPUT_KEYS = (
 )
 
 
+def _parts_sweep(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    # (label, time per output token by part) at the spec's own load and, for a closed
+    # loop, at 1, 2, 4, ... streams below it (each a prediction of its own).
+    concurrency = data.get("concurrency")
+    rows = []
+    if isinstance(concurrency, int) and data.get("rate_per_second") is None:
+        n = 1
+        while n < concurrency and len(rows) < 12:
+            r = predict_spec({**data, "concurrency": n})
+            rows.append((f"{n} stream{'s' if n > 1 else ''}", r["time_per_output_token_parts"]))
+            n *= 2
+    own = f"{concurrency} streams (the spec)" if concurrency else "the spec's load"
+    rows.append((own, result["time_per_output_token_parts"]))
+    return rows
+
+
 def predict_main(argv: list[str] | None = None) -> int:
-    """CLI: ``predict --spec FILE.json [--json]``; bad input is one line on stderr, exit 2."""
+    """CLI: ``predict --spec FILE.json [--json] [--plot PNG]``; bad input is one line on stderr, exit 2."""
     import argparse
     import json
     import sys
@@ -600,6 +630,12 @@ def predict_main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--spec", required=True, help="JSON file (see simengine/spec.py)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also write a chart of where a stream's time per output token goes, at the "
+        "spec's load and, for a closed loop, at 1, 2, 4, ... streams up to it",
+    )
     args = ap.parse_args(argv)
     try:
         with open(args.spec, encoding="utf-8") as fh:
@@ -617,6 +653,15 @@ def predict_main(argv: list[str] | None = None) -> int:
     except SimEngineError as exc:
         print(f"error: {exc}".splitlines()[0], file=sys.stderr)
         return 2
+    if args.plot:
+        if result["time_per_output_token_parts"] is None:
+            print("error: a finite run (offline_requests) has no single step to chart",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        from .token_chart import plot_token_parts
+
+        plot_token_parts(args.plot, _parts_sweep(data, result),
+                         title=f"{data['model'].get('name', 'model')} on {data['hardware']}")  # fmt: skip
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -626,4 +671,12 @@ def predict_main(argv: list[str] | None = None) -> int:
             if v is None:
                 continue
             print(f"{key:32s} {v:.6g}" if isinstance(v, float) else f"{key:32s} {v}")
+        parts = result["time_per_output_token_parts"]
+        bounds = result["time_per_output_token_bounds"]
+        if parts is not None:
+            print(f"time per output token by part (ms; step bound: {bounds['step']})")
+            for part, seconds in parts.items():
+                if seconds > 0:
+                    bound = f"  ({bounds[part]})" if part in bounds else ""
+                    print(f"  {part:30s} {seconds * 1e3:.4g}{bound}")
     return 0

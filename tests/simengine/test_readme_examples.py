@@ -47,8 +47,10 @@ def test_paged_kv_example(readme):
 def test_server_example(readme):
     base = {"model": LLAMA_70B, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
             "concurrency": 512, "input_tokens": 1000, "output_tokens": 1000}  # fmt: skip
-    v = predict_spec({**base, "server": "vllm"})
-    t = predict_spec({**base, "server": "tensorrt-llm"})
+    # The admission rules compared at one cache dtype (FP8, stated).
+    fp8_kv = {**base, "model": {**LLAMA_70B, "kv_dtype": "fp8"}}
+    v = predict_spec({**fp8_kv, "server": "vllm"})
+    t = predict_spec({**fp8_kv, "server": "tensorrt-llm"})
     assert (
         f'"server": "vllm"` -> batch {v["batch"]:.0f}, {_n(v["throughput_tokens_per_second"], 10)}'
         f" tok/s, TTFT {v['ttft_seconds']:.0f} s;" in readme
@@ -58,11 +60,18 @@ def test_server_example(readme):
         f"{_n(t['throughput_tokens_per_second'], 10)} tok/s, TTFT {t['ttft_seconds']:.0f} s"
         in readme
     )
+    # The cache's dtype unstated: vLLM keeps it in 16 bits (its "auto").
+    auto = predict_spec({**base, "server": "vllm"})
+    assert (
+        f"-> batch {auto['batch']:.0f}, {_n(auto['throughput_tokens_per_second'], 10)} tok/s, "
+        f"TTFT {auto['ttft_seconds']:.0f} s with its 16-bit cache" in readme
+    )
+    plain = predict_spec(base)  # no server: the weights' 8 bits
     cv = predict_spec({**base, "output_tokens_cv": 1.0})
     assert (
-        f"-> batch {cv['batch']:.0f} ({v['batch']:.0f} at cv 0), "
+        f"-> batch {cv['batch']:.0f} ({plain['batch']:.0f} at cv 0), "
         f"{_n(cv['throughput_tokens_per_second'], 10)} tok/s "
-        f"({_n(v['throughput_tokens_per_second'], 10)})." in readme
+        f"({_n(plain['throughput_tokens_per_second'], 10)})." in readme
     )
 
 
@@ -306,3 +315,19 @@ def test_activation_dtype_example(readme):
     assert len(tpot) == 1 and f"decode {tpot.pop()} ms per token on the B200 either way" in readme
     thr = ", ".join(_n(r["throughput_tokens_per_second"], 10) for r in many[:2])
     assert f"{thr} and {_n(many[2]['throughput_tokens_per_second'], 10)} tok/s." in readme
+
+
+def test_token_parts_example(readme):
+    r = predict_spec({"model": LLAMA_70B, "hardware": "h100", "devices": 2,
+                      "tensor_parallel": 2, "concurrency": 64, "input_tokens": 1000,
+                      "output_tokens": 500})  # fmt: skip
+    ms = {k: v * 1e3 for k, v in r["time_per_output_token_parts"].items()}
+    bounds = r["time_per_output_token_bounds"]
+    assert bounds["weight_gemms"] == "read" and bounds["attention"] == "kv_read"
+    assert (
+        f"spends its {r['time_per_output_token_seconds'] * 1e3:.1f} ms a token on weight GEMMs "
+        f"({ms['weight_gemms']:.1f} ms, reading the weights), other streams' prompts riding "
+        f"the step ({ms['prefill_riding']:.1f}), kernel launches ({ms['kernel_launches']:.1f}), "
+        f"attention ({ms['attention']:.1f}, reading the KV) and all-reduces "
+        f"({ms['collectives']:.1f})." in readme
+    )

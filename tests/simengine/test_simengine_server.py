@@ -92,8 +92,11 @@ def test_a_batch_the_cap_limits_is_the_same_under_both_rules():
     # 8B FP8 on one H100 at 64 sequences: the cache holds far more than 64 either way.
     spec = {"model": LLAMA_8B, "hardware": "h100", "concurrency": 64, "max_batch_size": 64,
             "input_tokens": 1000, "output_tokens": 1000}  # fmt: skip
-    paged = predict_spec({**spec, "server": "vllm"})
+    # Both rules under one server (vLLM's "auto" cache is 16-bit, TensorRT-LLM's the
+    # checkpoint's: simengine.kv.server_kv_value_bytes, the eighteenth round).
+    paged = predict_spec({**spec, "server": "tensorrt-llm", "kv_admission": "paged"})
     reserved = predict_spec({**spec, "server": "tensorrt-llm"})
+    assert reserved["kv_admission"] == "reserved" and paged["kv_admission"] == "paged"
     assert paged["batch"] == reserved["batch"] == 64
     assert paged["throughput_tokens_per_second"] == reserved["throughput_tokens_per_second"]
 
