@@ -614,7 +614,9 @@ def _parts_sweep(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[tup
             r = predict_spec({**data, "concurrency": n})
             rows.append((f"{n} stream{'s' if n > 1 else ''}", r["time_per_output_token_parts"]))
             n *= 2
-    own = f"{concurrency} streams (the spec)" if concurrency else "the spec's load"
+    own = "the spec's load"
+    if concurrency:
+        own = f"{concurrency} stream{'s' if concurrency != 1 else ''} (the spec)"
     rows.append((own, result["time_per_output_token_parts"]))
     return rows
 

@@ -1,6 +1,6 @@
 """A chart of where a stream's time per output token goes (``predict --plot``).
 
-The parts are :func:`simengine.perf.token_parts`'; this module only draws them.
+The parts are :func:`simengine.perf.token_parts`; this module only draws them.
 """
 
 from __future__ import annotations

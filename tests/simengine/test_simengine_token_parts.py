@@ -128,3 +128,17 @@ def test_the_cli_prints_the_parts_and_charts_them(tmp_path):
                          cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 2 and "no single step to chart" in out.stderr
     assert not (tmp_path / "no.png").exists()
+
+
+def test_the_chart_sweeps_the_streams_up_to_the_specs():
+    from simengine.spec import _parts_sweep
+
+    def labels(spec):
+        return [label for label, _ in _parts_sweep(spec, predict_spec(spec))]
+
+    assert labels({**BASE, "concurrency": 8}) == [
+        "1 stream", "2 streams", "4 streams", "8 streams (the spec)"]  # fmt: skip
+    assert labels({**BASE, "concurrency": 1}) == ["1 stream (the spec)"]
+    assert labels({**BASE, "rate_per_second": 0.5}) == ["the spec's load"]
+    rows = _parts_sweep({**BASE, "concurrency": 8}, predict_spec({**BASE, "concurrency": 8}))
+    assert rows[0][1] == predict_spec({**BASE, "concurrency": 1})["time_per_output_token_parts"]
