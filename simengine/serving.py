@@ -214,12 +214,14 @@ def serving_point(
             prefill if gpu and not disaggregated_prefill else 0.0,
         )  # fmt: skip
         throughput = rate_per_second * output_tokens
-    # Where a stream's time per output token goes at that batch (perf.token_parts): the
-    # steady state's; a finite run's steps change as it fills and drains (its prompts
-    # ride the steps after each admission, not one every mean output), so none.
+    # Where a stream's time per output token goes at the batch its TPOT was taken at
+    # (perf.token_parts; an open loop's below one stream is timed at one): the steady
+    # state's; a finite run's steps change as it fills and drains (its prompts ride the
+    # steps after each admission, not one every mean output), so none.
     parts, bounds = None, None
     if run is None:
-        parts, bounds = token_parts(s, streams, context, riding(streams), per_token)
+        timed_at = max(1.0, streams)
+        parts, bounds = token_parts(s, timed_at, context, riding(timed_at), per_token)
     return {
         "ttft_seconds": ttft + queue,
         "time_per_output_token_seconds": tpot,

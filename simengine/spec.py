@@ -240,12 +240,11 @@ def model_from_spec(data: Any, *, tokens: int = 0, server: str | None = None) ->
     bpp = _dtype(m, "dtype", "model.")
     attn_b = bpp if m["attention_dtype"] is None else _dtype(m, "attention_dtype", "model.")
     expert_b = bpp if m["expert_dtype"] is None else _dtype(m, "expert_dtype", "model.")
+    auto = server_kv_value_bytes(server) if m["kv_bytes_per_token"] is None else None
     if m["kv_dtype"] is not None:
         kv_b = _dtype(m, "kv_dtype", "model.")
-    elif m["kv_bytes_per_token"] is None and server_kv_value_bytes(server):
-        kv_b = server_kv_value_bytes(server)
     else:
-        kv_b = default_kv_value_bytes(bpp)
+        kv_b = auto or default_kv_value_bytes(bpp)
     act = None if m["activation_dtype"] is None else _dtype(m, "activation_dtype", "model.")
     experts, per_token, shared = _experts(m, params, active)
     per_head = kv_bytes_per_token(layers, kv_heads, head_dim, kv_b)

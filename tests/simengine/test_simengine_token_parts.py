@@ -34,6 +34,7 @@ MOE_EP = {"model": {**DSR1, "kv_latent": 576, "kv_dtype": "fp8"}, "hardware": "b
 SPECS = {
     "gpu-closed": {**BASE, "concurrency": 32},
     "gpu-open": {**BASE, "rate_per_second": 0.5},
+    "gpu-open-light": {**BASE, "rate_per_second": 0.01},  # under one stream in flight
     "gpu-speculative": {**BASE, "concurrency": 4, "speculative": {"method": "eagle3"}},
     "gpu-transport": {**BASE, "concurrency": 32, "transport": "legacy"},
     "gpu-disaggregated": {**BASE, "concurrency": 32, "disaggregated_prefill": True},
