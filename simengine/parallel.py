@@ -54,8 +54,9 @@ def wafer_hop_seconds(
     return t_link + hidden_size * activation_bytes / link_bandwidth
 
 
-def pipeline_microbatch(batch: float, stages: int) -> float:
-    """Streams per micro-batch of a GPU pipeline decoding ``batch`` streams.
+def pipeline_microbatch(batch, stages: int):
+    """Streams per micro-batch of a GPU pipeline decoding ``batch`` streams (a number or
+    an array).
 
     Pipeline-parallel serving (vLLM's pipeline_parallel_size: one virtual engine per
     stage; TensorRT-LLM's pp_size) keeps up to ``stages`` micro-batches in flight, so
@@ -65,7 +66,11 @@ def pipeline_microbatch(batch: float, stages: int) -> float:
     stages, plus the hops. With fewer streams than stages (m = batch < stages) the other
     stages idle: the pipeline bubble, 1 - m / stages of the GPUs' time.
     """
-    return batch / min(batch, float(stages)) if stages > 1 else batch
+    if stages <= 1:
+        return batch
+    if isinstance(batch, np.ndarray):
+        return batch / np.minimum(batch, float(stages))
+    return batch / min(batch, float(stages))
 
 
 def pipeline_bubble(batch: float, stages: int) -> float:

@@ -426,22 +426,30 @@ def _token_line(s: Served, batch: float | None, other_context: float) -> StepLin
             step += k.wafer_verify_extra + passes * k.wafer_draft
         mem0 = s.model.decode_weight_bytes(1) / bw
         return StepLine(mem0, s.model.kv_bytes_per_token / bw, mem0, 0.0, step / per_step)
-    b = float(batch or 1)
+    return gpu_token_line(s, float(batch or 1), other_context)
+
+
+def gpu_token_line(s: Served, b, other_context: float) -> StepLine:
+    """:func:`_token_line` of a served GPU deployment at a decode batch of ``b`` streams
+    (a number, or an array of them: then the line's batch-dependent fields are arrays,
+    one element per batch, which a finite run's every batch size reads at once)."""
+    k = s.knobs
+    spec = k.speculation
     line = _decode_line(s, b, other_context)
     fixed = line.fixed + k.step_overhead
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if spec is None:
         return StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, host)
     fixed += _gpu_drafting(s, line, b, other_context, spec)
+    per_step = spec.tokens_per_step
     return StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
                      line.flop1 / per_step, fixed / per_step,
                      floor=host / per_step)  # fmt: skip
 
 
-def _gpu_drafting(
-    s: Served, line: StepLine, batch: float, context: float, spec: Speculation
-) -> float:
-    # The drafter's passes per verify step for ``batch`` streams at ``context`` tokens.
+def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation) -> float:
+    # The drafter's passes per verify step for ``batch`` streams (a number or an array)
+    # at ``context`` tokens.
     m, k = s.model, s.knobs
     shape = drafter_shape(spec, m.layers)
     tp = s.place.tensor_parallel or 1

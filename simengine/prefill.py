@@ -117,11 +117,7 @@ def carried(s: Served, batch, rate, tokens, side):
     per_step = spec.tokens_per_step if spec is not None else 1.0
     per_stream = spec.draft_tokens + 1 if spec is not None else 1
     stages = s.place.pipeline_stages
-    if stages > 1:  # a micro-batch's step (parallel.pipeline_microbatch, for arrays too)
-        if isinstance(batch, np.ndarray):
-            batch = batch / np.minimum(batch, float(stages))
-        else:
-            batch = pipeline_microbatch(batch, stages)
+    batch = pipeline_microbatch(batch, stages)  # a micro-batch's step
     prompt = rate * tokens * per_step / stages  # prompt tokens per step
     chunk = kv.prompt_chunk(prompt, tokens, k.chunk_tokens)
     base = batch * per_stream

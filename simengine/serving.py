@@ -22,7 +22,7 @@ from .errors import SimEngineError
 from .model import ModelSpec
 from .parallel import attention_dp_batch_cap, attention_dp_in_phase
 from .params import DEFAULT_PARAMS, EngineParams
-from .perf import _chunks, _serve, _token_line, token_parts
+from .perf import _chunks, _serve, _token_line, gpu_token_line, token_parts
 from .placement import resolve_device
 from .prefill import carried, interference, prefill_parts, with_prefills
 from .queueing import wait_estimate
@@ -292,11 +292,13 @@ def offline_run(
         # through, once per size (step_many and host_many ask for the same batches).
         if per_size[0] is not batch:
             sizes, which = np.unique(batch, return_inverse=True)
+            # Every size at once: the line's batch-dependent terms as arrays (an empty
+            # batch counts as one stream, as _token_line counts it).
+            line = gpu_token_line(s, np.where(sizes > 0, sizes, 1.0).astype(float), 1.0)
             coef = np.empty((len(sizes), 3))
-            for i, b in enumerate(sizes.tolist()):
-                line = _token_line(s, b, 1.0)
-                coef[i] = (max(line.mem0 + line.mem1, line.flop0 + line.flop1), line.fixed,
-                           line.floor)  # fmt: skip
+            coef[:, 0] = np.maximum(line.mem0 + line.mem1, line.flop0 + line.flop1)
+            coef[:, 1] = line.fixed
+            coef[:, 2] = line.floor
             per_size[:] = batch, coef[which]
         return per_size[1]
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from .errors import SimEngineError
 
 DrafterKind = Literal["model", "layer", "heads", "none"]
@@ -250,25 +252,28 @@ def gpu_drafter_seconds(
     *,
     active_params: float,
     bytes_per_param: float,
-    batch: float,
-    kv_bytes: float,
-    attention_flops: float,
+    batch,
+    kv_bytes,
+    attention_flops,
     mem_rate: float,
     flop_rate: float,
     attention_rate: float,
-    fixed: float,
-) -> float:
+    fixed,
+):
     """One drafter pass for a batch on GPUs: the drafter's roofline (its share of the
     target's active weights and FLOPs at ``flop_rate``; KV and attention by its depth
     share, attention at ``attention_rate``) plus its depth share of the target step's
-    fixed latencies (collectives, launches)."""
+    fixed latencies (collectives, launches). ``batch`` and what follows from it
+    (``kv_bytes``, ``attention_flops``, ``fixed``): numbers, or arrays of one element
+    per batch."""
     if not shape.passes:
         return 0.0
     mem = (shape.params_fraction * active_params * bytes_per_param
            + shape.depth_fraction * kv_bytes) / mem_rate  # fmt: skip
     flop = (2 * shape.params_fraction * active_params * batch / flop_rate
             + shape.depth_fraction * attention_flops / attention_rate)  # fmt: skip
-    return max(mem, flop) + shape.depth_fraction * fixed
+    peak = np.maximum(mem, flop) if isinstance(flop, np.ndarray) else max(mem, flop)
+    return peak + shape.depth_fraction * fixed
 
 
 def wafer_drafter_seconds(

@@ -22,6 +22,16 @@ def _spec(slug: str) -> ModelSpec:
     return load_catalog_models(CATALOG)[slug]
 
 
+def pytest_collection_modifyitems(items):
+    # Every test here is the engine's (marker ``engine``; pyproject.toml): CI's SQLite
+    # pass deselects them (`-m "not engine"`), since a database cannot change them.
+    # The hook sees the whole session's items, so only those under this folder.
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in item.path.resolve().parents:
+            item.add_marker(pytest.mark.engine)
+
+
 @pytest.fixture(scope="session")
 def sol() -> ModelSpec:
     """GPT-5.6 Sol (MoE, needs a wafer pipeline)."""

@@ -231,3 +231,59 @@ def test_the_warm_path_answers_as_the_general_one_with_tier_mixes_and_errors():
         for breakdown in (True, False):
             with pytest.raises(SimEngineError, match=f"^{start}"):
                 predict(model, Deployment("h200", 64), task, breakdown=breakdown)
+
+
+# A finite run reads the step line at every batch size it goes through, all at once
+# (simengine.serving.offline_run): perf.gpu_token_line over an array of batches must
+# give, element by element, the line perf._token_line gives at each batch alone.
+_LLAMA70 = {"name": "llama-3.1-70b", "layers": 80, "hidden": 8192, "heads": 64,
+            "kv_heads": 8, "head_dim": 128, "params_b": 70.6}  # fmt: skip
+_DSR1 = {"name": "deepseek-r1", "layers": 61, "hidden": 7168, "heads": 128, "kv_heads": 128,
+         "head_dim": 128, "params_b": 671.0, "active_params_b": 37.0, "experts": 256,
+         "experts_per_token": 8, "shared_experts": 1, "kv_bytes_per_token": 70272,
+         "dtype": "fp8"}  # fmt: skip
+_GPTOSS = {"name": "gpt-oss-120b", "layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8,
+           "head_dim": 64, "params_b": 117.0, "active_params_b": 5.1, "experts": 128,
+           "experts_per_token": 4, "dtype": "mxfp4", "sliding_window": 128,
+           "sliding_window_layers": 18}  # fmt: skip
+_RUN = {"concurrency": 1, "input_tokens": 1000, "output_tokens": 1000}
+
+
+# Deployments with each batch-dependent term: the host's floor (x86, Grace), expert
+# parallelism with and without attention DP, pipeline micro-batches, speculative decoding
+# (drafting), a sliding window.
+_DEPLOYMENTS = {
+    "dense-tp2-x86-host": {"model": {**_LLAMA70, "dtype": "fp8"}, "hardware": "h100",
+                           "devices": 2, "tensor_parallel": 2},
+    "moe-dep8": {"model": _DSR1, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
+                 "expert_parallel": 8, "attention_data_parallel": True},
+    "moe-wide-ep-grace-host": {"model": _DSR1, "hardware": "gb200-nvl72", "devices": 16,
+                               "tensor_parallel": 16, "expert_parallel": 16},
+    "dense-pipeline": {"model": {**_LLAMA70, "dtype": "bf16"}, "hardware": "h100",
+                       "devices": 8, "tensor_parallel": 4, "pipeline_parallel": 2},
+    "moe-window-speculative": {"model": _GPTOSS, "hardware": "b200", "devices": 1,
+                               "speculative": {"method": "eagle3"}},
+    "dense-speculative": {"model": {**_LLAMA70, "dtype": "fp8"}, "hardware": "h200",
+                          "devices": 4, "tensor_parallel": 4, "speculative": {"method": "mtp"}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", list(_DEPLOYMENTS.values()), ids=list(_DEPLOYMENTS))
+@pytest.mark.parametrize("context", [300.0, 5000.0])
+def test_the_step_line_over_an_array_of_batches_is_the_line_at_each(spec, context):
+    from simengine.spec import parse_spec
+
+    model, deployment, run = parse_spec({**_RUN, **spec})
+    # As serving_point serves it: the spec's speculative decoding on the deployment.
+    deployment = dataclasses.replace(deployment, speculative=run["speculative"])
+    s = perf._serve(model, deployment, DEFAULT_PARAMS, batch=64.0, context=context)
+    assert (s.knobs.speculation is not None) == ("speculative" in spec)
+    batches = np.array([1.0, 2.0, 3.0, 7.0, 64.0, 129.0, 700.0, 2048.0])
+    lines = perf.gpu_token_line(s, batches, context)
+    fields = StepLine._fields
+    for i, b in enumerate(batches.tolist()):
+        one = perf._token_line(s, b, context)
+        for name in fields:
+            got = np.broadcast_to(getattr(lines, name), batches.shape)[i]
+            want = getattr(one, name)
+            assert math.isclose(got, want, rel_tol=REL, abs_tol=1e-300), (name, b, got, want)
