@@ -447,7 +447,7 @@ def gpu_token_line(s: Served, b, other_context: float) -> StepLine:
                      floor=host / per_step)  # fmt: skip
 
 
-def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation) -> float:
+def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation):
     # The drafter's passes per verify step for ``batch`` streams (a number or an array)
     # at ``context`` tokens.
     m, k = s.model, s.knobs

@@ -10,15 +10,6 @@ from routing.core import dispatch, shared
 pytest_plugins = ["tests.realparts"]
 
 
-def pytest_collection_modifyitems(items):
-    """The tests that start real servers (marker ``realparts``; 10 s to 2 min each, most
-    of the suite's time) run first, the others after them in their usual order: under
-    pytest-xdist the short tests then fill in beside the long ones, rather than a long
-    one (the root folder's soak and README walk, collected last) running alone at the
-    end of the run. Only the order changes (CI's wall time: .ci/run)."""
-    items.sort(key=lambda item: item.get_closest_marker("realparts") is None)
-
-
 @pytest.fixture
 def builtin_catalog(db):
     """The built-in catalog, loaded from catalog/data/catalog.toml (idempotent)."""
