@@ -4,13 +4,6 @@ Plain Python + numpy; no Django and nothing from the rest of the project. The pu
 names below are what the project calls; see each object's docstring.
 """
 
-from .calibration import (
-    GDPVAL_TASK,
-    CalibrationResult,
-    CalibrationRow,
-    calibrate,
-    default_deployments,
-)
 from .errors import SimEngineError
 from .hardware import HARDWARE, HardwareProfile
 from .model import REFERENCE_MODELS, ModelSpec, load_catalog_models, model_spec_from_mapping
@@ -41,6 +34,22 @@ from .spread import (
     run_median_seconds,
 )
 from .step import decode_step_seconds
+
+# The calibration's names are loaded on first use (PEP 562): the fit, the hold-outs and
+# the spec reader behind them are a third of the engine's import
+# time, and a web or worker process that only predicts never needs them.
+_CALIBRATION = frozenset(
+    {"GDPVAL_TASK", "CalibrationResult", "CalibrationRow", "calibrate", "default_deployments"}
+)
+
+
+def __getattr__(name: str):
+    if name in _CALIBRATION:
+        from . import calibration
+
+        return getattr(calibration, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "PROMISE_QUANTILE",

@@ -42,9 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaincinv
 
 from .errors import SimEngineError
+from .lazy import special
 
 # The completion-time quantiles a run reports (OfflineRun.completion_quantiles).
 COMPLETION_QUANTILES = (0.5, 0.9, 0.99)
@@ -87,7 +87,7 @@ def _lengths_at(q: np.ndarray, mean: float, cv: float, cap: int | None) -> np.nd
         x = np.full(len(q), float(mean))
     else:
         shape = 1.0 / (cv * cv)
-        x = gammaincinv(shape, q) * (mean / shape)
+        x = special.gammaincinv(shape, q) * (mean / shape)
     x = np.maximum(1.0, np.rint(x))
     return x if cap is None else np.minimum(x, float(cap))
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaincinv, pdtr
 
 from .errors import SimEngineError
+from .lazy import special
 
 # Tier -> priority class on shared pools (lower is served first, non-preemptive).
 TIER_PRIORITY: dict[str, int] = {"ultrafast": 0, "priority": 0, "standard": 1, "flex": 2}
@@ -87,7 +87,7 @@ def erlang_c(servers: int, offered_load: float) -> float:
             b = offered_load * b / (i + offered_load * b)
     else:
         log_pmf = servers * math.log(offered_load) - offered_load - math.lgamma(servers + 1)
-        cdf = float(pdtr(servers, offered_load))
+        cdf = float(special.pdtr(servers, offered_load))
         b = math.exp(log_pmf) / cdf if cdf > 0 else 1.0
     return servers * b / (servers - offered_load * (1.0 - b))
 
@@ -140,7 +140,7 @@ def total_wait_quantile(
         return 0.0
     positive = 1.0 - p_zero
     # P(S > t) = 1 - q  <=>  P(S > t | S > 0) = (1 - q) / positive.
-    return float(gammaincinv(shape, 1.0 - (1.0 - q) / positive)) * scale
+    return float(special.gammaincinv(shape, 1.0 - (1.0 - q) / positive)) * scale
 
 
 def wait_gamma(prob_wait: float, conditional_mean: float, turns: int) -> tuple[float, float, float]:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy.special import gammainc, gammaincinv, ndtr, ndtri
-
+from .lazy import special
 from .perf import Prediction
 from .queueing import total_wait_quantile, wait_gamma
 
@@ -79,9 +78,9 @@ def completion_draw(
     if pred.wait_probability > 0 and pred.wait_mean > 0:
         p_zero, shape, scale = wait_gamma(pred.wait_probability, pred.wait_mean, max(1, int(turns)))
         if u_wait > p_zero:  # inverse transform of the wait's distribution
-            wait = float(gammaincinv(shape, (u_wait - p_zero) / (1.0 - p_zero))) * scale
+            wait = float(special.gammaincinv(shape, (u_wait - p_zero) / (1.0 - p_zero))) * scale
     model_run = pred.transport_seconds + pred.generation_seconds
-    run = pred.tool_seconds + model_run * math.exp(sigma * float(ndtri(u_run)))
+    run = pred.tool_seconds + model_run * math.exp(sigma * float(special.ndtri(u_run)))
     return wait, run
 
 
@@ -93,7 +92,7 @@ _TOLERANCE = 1e-4  # in probability: a P90 promise within 0.9 +- 0.0001
 def _quantile(
     model_run: float, tool: float, p: float, mean: float, turns: int, q: float, sigma: float
 ) -> float:
-    z = float(ndtri(q))
+    z = float(special.ndtri(q))
     if p <= 0 or mean <= 0:
         return tool + model_run * math.exp(sigma * z)
     if model_run <= 0:
@@ -113,14 +112,14 @@ def _quantile(
     log_run = math.log(model_run)
 
     def cdf(t: float) -> float:
-        no_wait = float(ndtr((math.log(t) - log_run) / sigma)) if t > 0 else 0.0
-        waited = float(gammainc(s_shape, (t - shift) / s_scale)) if t > shift else 0.0
+        no_wait = float(special.ndtr((math.log(t) - log_run) / sigma)) if t > 0 else 0.0
+        waited = float(special.gammainc(s_shape, (t - shift) / s_scale)) if t > shift else 0.0
         return p_zero * no_wait + (1.0 - p_zero) * waited - q
 
     lo = model_run * math.exp(sigma * z)  # no wait: a lower bound
     # Union bound: both parts at their (1+q)/2 quantiles cover at least q.
     q_half = 1.0 - (1.0 - q) / 2.0
-    hi = model_run * math.exp(sigma * float(ndtri(q_half))) + total_wait_quantile(
+    hi = model_run * math.exp(sigma * float(special.ndtri(q_half))) + total_wait_quantile(
         p, mean, turns, q=q_half
     )
     f_lo, f_hi = cdf(lo), cdf(hi)

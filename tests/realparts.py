@@ -995,13 +995,79 @@ def run_manage(
     return out.stdout
 
 
+# A migrated database per process, for each kind (SQLite, PostgreSQL), which later
+# databases are filled from instead of running every migration again: `manage.py
+# migrate` is ~4 s of CPU (Django renders the model state of each migration), and the
+# real-parts tests start some thirty throwaway projects on a two-core machine.
+_migrated: dict[str, Path] = {}
+_migrated_lock = threading.Lock()
+
+
+def _sqlite_path(url: str) -> Path | None:
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    import sqlite3
+
+    # The backup API: a consistent copy whatever the source's journal (WAL) holds.
+    with contextlib.closing(sqlite3.connect(source)) as src:
+        with contextlib.closing(sqlite3.connect(target)) as dst:
+            src.backup(dst)
+
+
+def _pg_tool(name: str) -> str:
+    bin_dir = pg_bin_dir()
+    return str(bin_dir / name) if bin_dir and (bin_dir / name).exists() else name
+
+
+def migrate_project(env: dict[str, str]) -> None:
+    """The project's (empty) database at `env`'s DATABASE_URL as `manage.py migrate`
+    leaves it. The first time in a process for each kind of database, `migrate` runs and
+    what it made is kept (a SQLite copy, a `pg_dump`); after that the database is filled
+    from it: the same tables, rows (content types, permissions) and migration records.
+    Tests whose subject is migrating itself run `manage.py migrate` (the quick start's
+    `make run`, tests/quickstart.py)."""
+    url = env["DATABASE_URL"]
+    sqlite = _sqlite_path(url)
+    kind = "sqlite" if sqlite else "postgres"
+    with _migrated_lock:
+        kept = _migrated.get(kind)
+        if kept is None or not kept.exists():
+            run_manage(env, "migrate", "--noinput")
+            kept = owned_tempdir("migrated") / ("db.sqlite3" if sqlite else "dump.sql")
+            if sqlite:
+                _copy_sqlite(sqlite, kept)
+            else:
+                _run_checked(
+                    [_pg_tool("pg_dump"), "--no-owner", "--no-privileges", "-f", str(kept), url],
+                    "pg_dump of the migrated database",
+                )
+            _migrated[kind] = kept
+            return
+    if sqlite:
+        _copy_sqlite(kept, sqlite)
+    else:
+        _run_checked(
+            [_pg_tool("psql"), "-q", "-X", "-v", "ON_ERROR_STOP=1", "-f", str(kept), url],
+            "restoring the migrated database",
+        )
+
+
+def sqlite_project(broker_url: str = "memory://", **extra) -> dict[str, str]:
+    """A throwaway project on SQLite (in its own VAR_DIR, `env["VAR_DIR"]`) and
+    `broker_url`, migrated: its env. `extra` as project_env's."""
+    var = owned_tempdir("var")
+    env = project_env(f"sqlite:///{var / 'db.sqlite3'}", broker_url, var_dir=var, **extra)
+    migrate_project(env)
+    return env
+
+
 def catalog_site(*accounts: str, credits: str = "100", **extra) -> tuple[dict[str, str], list]:
     """A throwaway project on SQLite and the in-memory broker, migrated, the catalog
     loaded and an account (with `credits`) per name: (env, the accounts' API keys).
     `extra` as project_env's."""
-    var = owned_tempdir("var")
-    env = project_env(f"sqlite:///{Path(var) / 'db.sqlite3'}", "memory://", var_dir=var, **extra)
-    run_manage(env, "migrate", "--noinput")
+    env = sqlite_project(**extra)
     run_manage(env, "loadcatalog")
     keys = [
         json.loads(run_manage(env, "create_account", name, "--json", "--credits", credits))[
@@ -1377,7 +1443,7 @@ def real_project(redis_server, postgres_server, tmp_path) -> SimpleNamespace:
     the project's subprocesses (VAR_DIR under tmp_path)."""
     database_url = postgres_server.create_database("app")
     env = project_env(database_url, redis_server.url, var_dir=tmp_path / "var")
-    run_manage(env, "migrate", "--noinput")
+    migrate_project(env)
     return SimpleNamespace(
         redis=redis_server,
         postgres=postgres_server,

@@ -13,6 +13,7 @@ import uuid
 from tests.realparts import (
     ServiceProcess,
     free_port,
+    migrate_project,
     project_env,
     run_manage,
     start_beat,
@@ -80,7 +81,7 @@ class Stack:
             API_THROTTLE_RATE="off",  # end-to-end tests and benchmarks load one account
             **(extra_env or {}),
         )
-        run_manage(self.env, "migrate", "--noinput")
+        migrate_project(self.env)
         run_manage(self.env, "loadcatalog")
         self.key = json.loads(
             run_manage(self.env, "create_account", "e2e", "--json", "--credits", credits)

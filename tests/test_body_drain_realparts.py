@@ -17,9 +17,8 @@ from tests.realparts import (
     BIN_DIR,
     ServiceProcess,
     free_port,
-    owned_tempdir,
-    project_env,
     run_manage,
+    sqlite_project,
     start_web,
 )
 
@@ -30,16 +29,11 @@ DRAIN_MAX = 4 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def web_env():
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{Path(var) / 'db.sqlite3'}",
-        "memory://",
-        var_dir=var,
+    env = sqlite_project(
         REQUEST_DRAIN_MAX_BYTES=DRAIN_MAX,
         REQUEST_MAX_BYTES=DRAIN_MAX,  # ASGI: refused before it is read
         LOG_LEVEL="WARNING",
     )
-    run_manage(env, "migrate", "--noinput")
     key = json.loads(run_manage(env, "create_account", "drain", "--json"))["api_key"]
     return env, key
 

@@ -33,6 +33,7 @@ from tests.realparts import (
     _require_redis,
     api_call,
     free_port,
+    migrate_project,
     project_env,
     run_manage,
     start_beat,
@@ -78,7 +79,7 @@ def stack():
             WEBHOOK_ALLOW_HTTP=1,
             WEBHOOK_ALLOW_HOSTS=f"127.0.0.1:{receiver.port}",
         )
-        run_manage(env, "migrate", "--noinput")
+        migrate_project(env)
         run_manage(env, "loadcatalog")
         admin_key = json.loads(
             run_manage(env, "create_account", "team", "--json", "--credits", "1000")

@@ -32,6 +32,7 @@ from tests.realparts import (
     _require_postgres,
     _require_redis,
     free_port,
+    migrate_project,
     project_env,
     run_manage,
     start_beat,
@@ -80,7 +81,7 @@ def replicas(servers):
         API_TOKENS_PER_MINUTE="off",
         API_KEY_CACHE_SECONDS=KEY_MEMO_SECONDS,
     )
-    run_manage(env, "migrate", "--noinput")
+    migrate_project(env)
     run_manage(env, "loadcatalog")
     keys = {
         name: json.loads(run_manage(env, "create_account", name, "--json", "--credits", "100"))[

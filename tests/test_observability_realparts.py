@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from tests.realparts import wait_until
 from tests.stack import SMALL, Stack
 
 pytestmark = pytest.mark.realparts
@@ -53,10 +54,21 @@ def test_the_request_id_follows_a_job_into_the_worker_log(
         code, job = stack.call("POST", "/api/v1/jobs", SMALL, headers={"X-Request-ID": rid})
         assert code == 202, job
         stack.wait_status([job["id"]])
-        # A sweep's "succeeded" line, not its "received" one: read too early, the log
-        # held the receipt but not yet the line asserted below (a CI run at 03:05 UTC).
-        worker.wait_for_log(r"Task routing\.sweep_jobs\[\S+\] succeeded", timeout=30, regex=True)
-        lines = task_lines(worker.log_text(), log_format)
+
+        # The job's status is committed inside finish_job, its "succeeded" line written
+        # after the task returns: wait for the lines themselves (a sweep's line seen first
+        # may predate the finish: a run on 2026-12-06; earlier, a receipt line read for a
+        # success, a CI run at 03:05 UTC).
+        def logged() -> list[dict] | None:
+            lines = task_lines(worker.log_text(), log_format)
+            names = {r["name"] for r in lines if r["request_id"] == rid}
+            done = {"routing.run_job", "routing.finish_job"} <= names
+            return lines if done and any(r["name"] == "routing.sweep_jobs" for r in lines) else None
+
+        try:
+            lines = wait_until(logged, 30, "the job's run and finish lines and a sweep's")
+        except TimeoutError:
+            lines = task_lines(worker.log_text(), log_format)
         for task in ("routing.run_job", "routing.finish_job"):
             mine = [r for r in lines if r["name"] == task and r["request_id"] == rid]
             assert mine, (task, lines)

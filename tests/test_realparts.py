@@ -12,9 +12,9 @@ from tests.realparts import (
     RabbitServer,
     RedisServer,
     free_port,
+    migrate_project,
     pid_alive,
     project_env,
-    run_manage,
     send_task,
     start_worker,
 )
@@ -133,7 +133,7 @@ def test_celery_worker_on_throwaway_redis_and_postgres_is_killed_whole(
         postgres_server.create_database("app"), redis_server.url, var_dir=tmp_path / "var"
     )
     assert env["DJANGO_SETTINGS_MODULE"] == "deploy.settings"
-    run_manage(env, "migrate", "--noinput")
+    migrate_project(env)
 
     worker = start_worker(env, concurrency=1, name="rp")
     try:

@@ -22,12 +22,16 @@ import json
 import re
 import socket
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.realparts import free_port, owned_tempdir, project_env, run_manage, start_web
+from tests.realparts import (
+    free_port,
+    run_manage,
+    sqlite_project,
+    start_web,
+)
 
 pytestmark = pytest.mark.realparts
 
@@ -39,16 +43,11 @@ SLACK = 25  # seconds a socket waits for the server to close, past the timeout u
 
 
 def _site(**extra):
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{Path(var) / 'db.sqlite3'}",
-        "memory://",
-        var_dir=var,
+    env = sqlite_project(
         LOG_LEVEL="WARNING",
         API_THROTTLE_ANON_RATE=f"{ANON_RATE}/day",  # a day: no window ends mid-test
         **extra,
     )
-    run_manage(env, "migrate", "--noinput")
     run_manage(
         {**env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
         *("createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com"),

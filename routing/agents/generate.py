@@ -11,8 +11,6 @@ import random
 import threading
 from typing import Any
 
-from faker import Faker
-from jsf import JSF
 from jsonschema import FormatChecker, validators
 
 from routing.agents.schemas import SchemaError
@@ -31,6 +29,12 @@ def validator(schema: dict):
 def instance(schema: dict, seed: int, where: str) -> Any:
     """A value valid under `schema`, the same for the same seed. SchemaError (naming
     `where`) when none was found in TRIES draws."""
+    # jsf (and Faker, smart_open, boto3 under it) is imported on first use, not with the
+    # module: it is a third of a second that every web, worker and manage.py process
+    # would otherwise pay at start, and most never generate an instance.
+    from faker import Faker
+    from jsf import JSF
+
     check = validator(schema)
     last = ""
     for attempt in range(TRIES):

@@ -15,6 +15,19 @@ from tests.stack import SMALL, Stack
 pytestmark = pytest.mark.realparts
 
 
+@pytest.fixture
+def stack(postgres_server, redis_server, broker_server):
+    """The service's processes (tests/conftest.py's `stack`), with a request waiting 1 s
+    for a database connection before its 503 instead of the default 5
+    (DB_POOL_TIMEOUT): what is checked is the answer, and five calls of 5 s or more
+    made this test a minute long."""
+    s = Stack(postgres_server, redis_server, broker=broker_server, extra_env={"DB_POOL_TIMEOUT": 1})
+    try:
+        yield s
+    finally:
+        s.close()
+
+
 def call(stack: Stack, method: str, path: str, body: dict | None = None):
     """(status, headers, parsed body) of one request to the stack's web process."""
     req = urllib.request.Request(

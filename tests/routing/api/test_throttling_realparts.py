@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +16,7 @@ from tests.realparts import (
     BIN_DIR,
     ServiceProcess,
     free_port,
-    owned_tempdir,
-    project_env,
-    run_manage,
+    sqlite_project,
 )
 
 pytestmark = pytest.mark.realparts
@@ -33,16 +32,13 @@ def web(request):
         if request.param == "redis"
         else "filesystem://localhost//"
     )
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{var / 'db.sqlite3'}",
+    env = sqlite_project(
         broker,
-        var_dir=var,
         CACHE_URL=None,
         API_THROTTLE_RATE="1000/day",
         API_THROTTLE_ANON_RATE=f"{RATE}/day",  # a day: the test never straddles a window
     )
-    run_manage(env, "migrate", "--noinput")
+    var = Path(env["VAR_DIR"])
     port = free_port()
     log = var / "log" / "web.log"
     proc = ServiceProcess(

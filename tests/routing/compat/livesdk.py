@@ -8,22 +8,23 @@ import json
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from tests.realparts import free_port, owned_tempdir, project_env, run_manage, start_web
+from tests.realparts import (
+    free_port,
+    run_manage,
+    sqlite_project,
+    start_web,
+)
 
 
 @contextlib.contextmanager
 def live_site(account: str, scale: float, **env_extra) -> Iterator[SimpleNamespace]:
     """(base: http://host:port, key, env) while the server runs."""
-    var = owned_tempdir("var")
-    env = project_env(
-        f"sqlite:///{var}/db.sqlite3",
+    env = sqlite_project(
         "filesystem://localhost//",
-        var_dir=var,
         SIM_TIME_SCALE=scale,
         API_THROTTLE_RATE="100000/s",
         **env_extra,
     )
-    run_manage(env, "migrate", "--noinput")
     run_manage(env, "loadcatalog")
     created = run_manage(env, "create_account", account, "--json", "--credits", "1000")
     key = json.loads(created)["api_key"]
