@@ -995,11 +995,12 @@ def run_manage(
     return out.stdout
 
 
-# A migrated database per process, for each kind (SQLite, PostgreSQL), which later
-# databases are filled from instead of running every migration again: `manage.py
-# migrate` is ~4 s of CPU (Django renders the model state of each migration), and the
-# real-parts tests start some thirty throwaway projects on a two-core machine.
-_migrated: dict[str, Path] = {}
+# A migrated database per process, for each kind (SQLite, PostgreSQL) and with or
+# without the built-in catalog, which later databases are filled from instead of running
+# the commands again: `manage.py migrate` is ~4 s of CPU (Django renders the model state
+# of each migration) and `loadcatalog` ~1.5 s, and the real-parts tests start some
+# thirty throwaway projects on a two-core machine.
+_migrated: dict[tuple[str, bool], Path] = {}
 _migrated_lock = threading.Lock()
 
 
@@ -1021,20 +1022,23 @@ def _pg_tool(name: str) -> str:
     return str(bin_dir / name) if bin_dir and (bin_dir / name).exists() else name
 
 
-def migrate_project(env: dict[str, str]) -> None:
+def migrate_project(env: dict[str, str], *, catalog: bool = False) -> None:
     """The project's (empty) database at `env`'s DATABASE_URL as `manage.py migrate`
-    leaves it. The first time in a process for each kind of database, `migrate` runs and
-    what it made is kept (a SQLite copy, a `pg_dump`); after that the database is filled
-    from it: the same tables, rows (content types, permissions) and migration records.
-    Tests whose subject is migrating itself run `manage.py migrate` (the quick start's
+    leaves it (and `manage.py loadcatalog` after it if `catalog`). The first time in a
+    process for each kind of database, the commands run and what they made is kept (a
+    SQLite copy, a `pg_dump`); after that the database is filled from it: the same
+    tables, rows (content types, permissions, the catalog) and migration records. Tests
+    whose subject is migrating itself run `manage.py migrate` (the quick start's
     `make run`, tests/quickstart.py)."""
     url = env["DATABASE_URL"]
     sqlite = _sqlite_path(url)
-    kind = "sqlite" if sqlite else "postgres"
+    key = ("sqlite" if sqlite else "postgres", catalog)
     with _migrated_lock:
-        kept = _migrated.get(kind)
+        kept = _migrated.get(key)
         if kept is None or not kept.exists():
             run_manage(env, "migrate", "--noinput")
+            if catalog:
+                run_manage(env, "loadcatalog")
             kept = owned_tempdir("migrated") / ("db.sqlite3" if sqlite else "dump.sql")
             if sqlite:
                 _copy_sqlite(sqlite, kept)
@@ -1043,7 +1047,7 @@ def migrate_project(env: dict[str, str]) -> None:
                     [_pg_tool("pg_dump"), "--no-owner", "--no-privileges", "-f", str(kept), url],
                     "pg_dump of the migrated database",
                 )
-            _migrated[kind] = kept
+            _migrated[key] = kept
             return
     if sqlite:
         _copy_sqlite(kept, sqlite)
@@ -1054,12 +1058,15 @@ def migrate_project(env: dict[str, str]) -> None:
         )
 
 
-def sqlite_project(broker_url: str = "memory://", **extra) -> dict[str, str]:
+def sqlite_project(
+    broker_url: str = "memory://", *, catalog: bool = False, **extra
+) -> dict[str, str]:
     """A throwaway project on SQLite (in its own VAR_DIR, `env["VAR_DIR"]`) and
-    `broker_url`, migrated: its env. `extra` as project_env's."""
+    `broker_url`, migrated (the built-in catalog loaded if `catalog`): its env. `extra`
+    as project_env's."""
     var = owned_tempdir("var")
     env = project_env(f"sqlite:///{var / 'db.sqlite3'}", broker_url, var_dir=var, **extra)
-    migrate_project(env)
+    migrate_project(env, catalog=catalog)
     return env
 
 
@@ -1067,8 +1074,7 @@ def catalog_site(*accounts: str, credits: str = "100", **extra) -> tuple[dict[st
     """A throwaway project on SQLite and the in-memory broker, migrated, the catalog
     loaded and an account (with `credits`) per name: (env, the accounts' API keys).
     `extra` as project_env's."""
-    env = sqlite_project(**extra)
-    run_manage(env, "loadcatalog")
+    env = sqlite_project(catalog=True, **extra)
     keys = [
         json.loads(run_manage(env, "create_account", name, "--json", "--credits", credits))[
             "api_key"

@@ -81,8 +81,7 @@ class Stack:
             API_THROTTLE_RATE="off",  # end-to-end tests and benchmarks load one account
             **(extra_env or {}),
         )
-        migrate_project(self.env)
-        run_manage(self.env, "loadcatalog")
+        migrate_project(self.env, catalog=True)
         self.key = json.loads(
             run_manage(self.env, "create_account", "e2e", "--json", "--credits", credits)
         )["api_key"]

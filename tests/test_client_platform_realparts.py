@@ -79,8 +79,7 @@ def stack():
             WEBHOOK_ALLOW_HTTP=1,
             WEBHOOK_ALLOW_HOSTS=f"127.0.0.1:{receiver.port}",
         )
-        migrate_project(env)
-        run_manage(env, "loadcatalog")
+        migrate_project(env, catalog=True)
         admin_key = json.loads(
             run_manage(env, "create_account", "team", "--json", "--credits", "1000")
         )["api_key"]

@@ -81,8 +81,7 @@ def replicas(servers):
         API_TOKENS_PER_MINUTE="off",
         API_KEY_CACHE_SECONDS=KEY_MEMO_SECONDS,
     )
-    migrate_project(env)
-    run_manage(env, "loadcatalog")
+    migrate_project(env, catalog=True)
     keys = {
         name: json.loads(run_manage(env, "create_account", name, "--json", "--credits", "100"))[
             "api_key"

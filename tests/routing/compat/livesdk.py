@@ -21,11 +21,11 @@ def live_site(account: str, scale: float, **env_extra) -> Iterator[SimpleNamespa
     """(base: http://host:port, key, env) while the server runs."""
     env = sqlite_project(
         "filesystem://localhost//",
+        catalog=True,
         SIM_TIME_SCALE=scale,
         API_THROTTLE_RATE="100000/s",
         **env_extra,
     )
-    run_manage(env, "loadcatalog")
     created = run_manage(env, "create_account", account, "--json", "--credits", "1000")
     key = json.loads(created)["api_key"]
     port = free_port()
