@@ -36,8 +36,8 @@ from .spread import (
 from .step import decode_step_seconds
 
 # The calibration's names are loaded on first use (PEP 562): the fit, the hold-outs and
-# the spec reader behind them are a third of the engine's import
-# time, and a web or worker process that only predicts never needs them.
+# the spec reader behind them are a third of the engine's import time, and a web or
+# worker process that only predicts never needs them.
 _CALIBRATION = frozenset(
     {"GDPVAL_TASK", "CalibrationResult", "CalibrationRow", "calibrate", "default_deployments"}
 )
