@@ -93,11 +93,14 @@ def test_the_right_code_lets_staff_in_and_the_login_page_asks_for_it(required, o
     assert 'name="otp_token"' in page and "Authentication code" in page
     assert not logged_in(login(client))  # the password alone: the code is asked for
     assert not reaches_admin(client)
-    assert logged_in(login(client, code(device)))
+    used = code(device)
+    assert logged_in(login(client, used))
     assert reaches_admin(client)
-    # The same code cannot be used twice (a replayed code); the next one works.
+    # The same code cannot be used twice (a replayed code); the next one works. The replay
+    # is the very string sent above: computing it again could land in the next 30-s step
+    # and give a fresh code, which is rightly accepted.
     other = Client(REMOTE_ADDR=HERE)
-    assert not logged_in(login(other, code(device)))
+    assert not logged_in(login(other, used))
     device.refresh_from_db()
     device.throttling_failure_count = 0  # django-otp's own delay after a failure
     device.save()
