@@ -60,14 +60,53 @@ class LoadReport:
         return "\n".join(parts)
 
 
-def _sync(report: LoadReport, kind: str, model: type[models.Model], lookup: dict, values: dict):
+class _Rows:
+    """The rows already in a catalog table, read with one query per table the first time
+    a load asks for one and keyed by their natural key. A load looks up every row it
+    writes; asking the database once per row made a load ~300 queries (and every test
+    that loads the catalog paid for them), this makes it one per table plus the writes."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple, dict[tuple, models.Model]] = {}
+
+    def _table(self, model: type[models.Model], names: tuple[str, ...]) -> dict:
+        table = self._tables.get((model, names))
+        if table is None:
+            attnames = [model._meta.get_field(n).attname for n in names]
+            table = {tuple(getattr(o, a) for a in attnames): o for o in model.objects.all()}
+            self._tables[(model, names)] = table
+        return table
+
+    @staticmethod
+    def _key(lookup: dict) -> tuple[tuple[str, ...], tuple]:
+        names = tuple(sorted(lookup))
+        return names, tuple(getattr(lookup[n], "pk", lookup[n]) for n in names)
+
+    def get(self, model: type[models.Model], lookup: dict) -> models.Model | None:
+        names, key = self._key(lookup)
+        return self._table(model, names).get(key)
+
+    def add(self, model: type[models.Model], lookup: dict, obj: models.Model) -> None:
+        names, key = self._key(lookup)
+        self._table(model, names)[key] = obj
+
+
+@dataclass
+class _Load:
+    report: LoadReport
+    rows: _Rows
+
+
+def _sync(load: _Load, kind: str, model: type[models.Model], lookup: dict, values: dict):
     """Create or update one row, writing only when something differs."""
-    obj = model.objects.filter(**lookup).first()
+    report = load.report
+    obj = load.rows.get(model, lookup)
     if obj is None:
         obj = model.objects.create(**lookup, **values)
+        load.rows.add(model, lookup, obj)
         report.created[kind] += 1
         return obj, True
-    dirty = [name for name, value in values.items() if _differs(getattr(obj, name), value)]
+    dirty = [name for name, value in values.items() if _differs(_current(obj, name), value)]
     if dirty:
         for name in dirty:
             setattr(obj, name, values[name])
@@ -78,11 +117,18 @@ def _sync(report: LoadReport, kind: str, model: type[models.Model], lookup: dict
     return obj, False
 
 
+def _current(obj: models.Model, name: str) -> Any:
+    """A field's value as stored: a relation's id (reading the related row would cost a
+    query per row and field)."""
+    f = obj._meta.get_field(name)
+    return getattr(obj, f.attname) if f.is_relation else getattr(obj, name)
+
+
 def _differs(current: Any, new: Any) -> bool:
+    if isinstance(new, models.Model):
+        return current != new.pk
     if isinstance(current, Decimal) or isinstance(new, Decimal):
         return Decimal(str(current)) != Decimal(str(new))
-    if isinstance(current, models.Model) or isinstance(new, models.Model):
-        return getattr(current, "pk", None) != getattr(new, "pk", None)
     return current != new
 
 
@@ -108,11 +154,12 @@ def catalog_load(
 ) -> LoadReport:
     data = read_catalog(path)
     report = LoadReport()
+    load = _Load(report, _Rows())
     tiers = {}
     for t in data.get("tiers", []):
         slug = _require(t, "slug", "tier")
         tiers[slug], _ = _sync(
-            report,
+            load,
             "tiers",
             Tier,
             {"slug": slug},
@@ -127,7 +174,7 @@ def catalog_load(
     for n in data.get("notice_policies", []):
         kind = _require(n, "kind", "notice policy")
         _sync(
-            report,
+            load,
             "notice policies",
             NoticePolicy,
             {"kind": kind},
@@ -140,7 +187,7 @@ def catalog_load(
     for p in data.get("pools", []):
         slug = _require(p, "slug", "pool")
         pools[slug], _ = _sync(
-            report,
+            load,
             "pools",
             HardwarePool,
             {"slug": slug},
@@ -155,7 +202,7 @@ def catalog_load(
     for f in data.get("families", []):
         slug = _require(f, "slug", "family")
         families[slug], _ = _sync(
-            report,
+            load,
             "families",
             ModelFamily,
             {"slug": slug},
@@ -195,12 +242,12 @@ def catalog_load(
             "estimated_fields": list(m.get("estimated", [])),
             "notes": m.get("notes", ""),
         }
-        existing = ModelVersion.objects.filter(slug=slug).first()
+        existing = load.rows.get(ModelVersion, {"slug": slug})
         if existing is None:
             # Created with its release date only; the rest of the lifecycle goes through
             # the lifecycle service below, validated and recorded.
             values["released_on"] = _require(m, "released_on", where)
-        versions[slug], created = _sync(report, "models", ModelVersion, {"slug": slug}, values)
+        versions[slug], created = _sync(load, "models", ModelVersion, {"slug": slug}, values)
         if created:
             created_slugs.add(slug)
 
@@ -231,11 +278,13 @@ def catalog_load(
 
     for m in entries:
         model = versions[m["slug"]]
-        _load_model_children(report, m, model, tiers, pools)
+        _load_model_children(load, m, model, tiers, pools)
     return report
 
 
-def _load_model_children(report, m: dict, model: ModelVersion, tiers: dict, pools: dict) -> None:
+def _load_model_children(
+    load: _Load, m: dict, model: ModelVersion, tiers: dict, pools: dict
+) -> None:
     where = f"model {model.slug}"
     prices = _require(m, "prices", where)
     deployments = m.get("deployments", [])
@@ -244,7 +293,7 @@ def _load_model_children(report, m: dict, model: ModelVersion, tiers: dict, pool
         if tier_slug not in tiers or pool_slug not in pools:
             raise CatalogFileError(f"{where}: unknown tier or pool in deployment {d}.")
         _sync(
-            report,
+            load,
             "deployments",
             Deployment,
             {"model": model, "tier": tiers[tier_slug]},
@@ -253,7 +302,7 @@ def _load_model_children(report, m: dict, model: ModelVersion, tiers: dict, pool
         # A price for every deployed tier: Standard price x the tier's multiplier.
         multiplier = tiers[tier_slug].price_multiplier
         _sync(
-            report,
+            load,
             "prices",
             Price,
             {"model": model, "tier": tiers[tier_slug]},
@@ -269,7 +318,7 @@ def _load_model_children(report, m: dict, model: ModelVersion, tiers: dict, pool
         )
     for b in m.get("benchmarks", []):
         _sync(
-            report,
+            load,
             "benchmarks",
             Benchmark,
             {
@@ -284,7 +333,7 @@ def _load_model_children(report, m: dict, model: ModelVersion, tiers: dict, pool
         if tier_slug not in tiers:
             raise CatalogFileError(f"{where}: unknown tier `{tier_slug}` in speeds.")
         _sync(
-            report,
+            load,
             "speeds",
             PublishedSpeed,
             {"model": model, "tier": tiers[tier_slug]},

@@ -9,6 +9,7 @@ from catalog.loader import CatalogFileError, catalog_load
 from catalog.models import (
     Benchmark,
     Deployment,
+    HardwarePool,
     LifecycleChange,
     ModelVersion,
     Price,
@@ -97,6 +98,36 @@ def test_a_second_load_changes_nothing(builtin_catalog):
     report = catalog_load()
     assert not report.changed
     assert snapshot() == before
+
+
+def test_a_second_load_reads_each_table_once_and_writes_nothing(
+    builtin_catalog, django_assert_max_num_queries
+):
+    """The loader reads what is there one table at a time (not one query per row, nor one
+    per relation it compares), so loading the catalog stays cheap as it grows."""
+    tables = {m._meta.db_table for m in (Tier, HardwarePool, ModelVersion, Deployment, Price)}
+    with django_assert_max_num_queries(12) as queries:  # nine tables + the savepoint
+        report = catalog_load()
+    assert not report.changed
+    sql = [q["sql"].lstrip().upper() for q in queries.captured_queries]
+    assert not [q for q in sql if q.startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert all(any(t.upper() in q for q in sql) for t in tables)
+
+
+def test_a_deployment_moved_to_another_pool_in_the_file_is_applied(builtin_catalog, tmp_path):
+    from catalog.loader import DEFAULT_CATALOG
+
+    text = DEFAULT_CATALOG.read_text()
+    moved = '{ tier = "flex", pool = "h100-legacy" }'
+    assert moved in text
+    path = tmp_path / "catalog.toml"
+    path.write_text(text.replace(moved, '{ tier = "flex", pool = "h200-main" }', 1))
+    report = catalog_load(path=path)
+    assert report.updated["deployments"] == 1
+    assert Deployment.objects.get(model__slug="gpt-5.2", tier__slug="flex").pool.slug == (
+        "h200-main"
+    )
+    assert not catalog_load(path=path).changed
 
 
 def test_the_command_is_idempotent(db, capsys):
