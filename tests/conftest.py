@@ -4,16 +4,17 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
-from catalog.loader import catalog_load
 from routing.core import dispatch, shared
+from tests import catalog_copy
 
 pytest_plugins = ["tests.realparts"]
 
 
 @pytest.fixture
 def builtin_catalog(db):
-    """The built-in catalog, loaded from catalog/data/catalog.toml (idempotent)."""
-    return catalog_load()
+    """The built-in catalog, as catalog_load loads catalog/data/catalog.toml (loaded once
+    per test process, then copied: tests/catalog_copy.py)."""
+    return catalog_copy.builtin_catalog()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from catalog.models import (
     Price,
     Tier,
 )
+from tests import catalog_copy
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +129,41 @@ def test_a_deployment_moved_to_another_pool_in_the_file_is_applied(builtin_catal
         "h200-main"
     )
     assert not catalog_load(path=path).changed
+
+
+def _catalog_content() -> dict[str, list[tuple]]:
+    """Every catalog row's values, ids and timestamps left out, relations by name."""
+    out = {}
+    for m in catalog_copy.catalog_models():
+        fields = [
+            f
+            for f in m._meta.concrete_fields
+            if not (f.primary_key or getattr(f, "auto_now", False) or f.name.endswith("_at"))
+        ]
+        out[m.__name__] = sorted(
+            tuple(str(getattr(o, f.name)) for f in fields) for o in m.objects.all()
+        )
+    return out
+
+
+def _empty_the_catalog() -> None:
+    for m in reversed(catalog_copy.catalog_models()):
+        m.objects.all()._raw_delete(m.objects.db)
+
+
+def test_the_tests_copy_of_the_catalog_is_what_the_loader_writes(db):
+    """tests/catalog_copy.py loads the catalog once per test process and copies it for
+    the other tests: the copy has the same rows as a load, and a load on top of it
+    changes nothing."""
+    catalog_copy.builtin_catalog()  # loaded (this process's first) or copied
+    _empty_the_catalog()
+    catalog_load()
+    loaded = _catalog_content()
+    _empty_the_catalog()
+    assert catalog_copy.builtin_catalog() is None  # a copy, not a load
+    assert _catalog_content() == loaded
+    assert sum(map(len, loaded.values())) > 100
+    assert not catalog_load().changed
 
 
 def test_the_command_is_idempotent(db, capsys):
