@@ -62,7 +62,8 @@ def builtin_catalog() -> LoadReport | None:
     key = connection.settings_dict["NAME"]
     models = catalog_models()
     rows = _COPIES.get(key)
-    if rows is not None and _tables_empty(models):
+    empty = _tables_empty(models)
+    if rows is not None and empty:
         for model, values in rows:
             model._default_manager.bulk_create([model(**copy.deepcopy(v)) for v in values])
         if connection.vendor == "postgresql":  # sequences past the copied ids
@@ -71,18 +72,16 @@ def builtin_catalog() -> LoadReport | None:
                     cur.execute(sql)
         shared.clear_memos()  # as the rows' post_save signals do (routing.router.snapshot)
         return None
-    if rows is not None:  # something is there already: the loader merges into it
+    if rows is not None or not empty:  # something is there already: the loader merges
         return catalog_load()
-    empty = _tables_empty(models)
     others = [m for m in apps.get_models() if m not in models and not m._meta.proxy]
-    before = _counts(others) if empty else None
+    before = _counts(others)
     report = catalog_load()
-    if empty:
-        changed = {k for k, v in _counts(others).items() if before[k] != v}
-        if changed:
-            raise AssertionError(
-                f"catalog_load wrote to {sorted(changed)} too: tests/catalog_copy.py copies "
-                "only the catalog app's tables; make it copy those as well"
-            )
-        _COPIES[key] = [(m, _values(m)) for m in models]
+    changed = {k for k, v in _counts(others).items() if before[k] != v}
+    if changed:
+        raise AssertionError(
+            f"catalog_load wrote to {sorted(changed)} too: tests/catalog_copy.py copies "
+            "only the catalog app's tables; make it copy those as well"
+        )
+    _COPIES[key] = [(m, _values(m)) for m in models]
     return report
