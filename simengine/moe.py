@@ -90,8 +90,12 @@ def touched_fraction(share: float, tokens):
     """Share of a layer's routed experts a batch of ``tokens`` touches when each token
     picks ``share`` = k/E of them at random: 1 - (1 - k/E)^B, B at least 1 (an expert is
     idle only if no token picks it). ``tokens``: a number or an array."""
-    b = np.maximum(tokens, 1.0) if isinstance(tokens, np.ndarray) else max(tokens, 1.0)
-    return 1.0 - (1.0 - share) ** b
+    if isinstance(tokens, np.ndarray):
+        # (1 - s)^B as exp(B log(1 - s)): numpy's power with an array exponent is a
+        # scalar pow per element, its exp is vectorised (same value to a few ulp; a fit
+        # evaluates this over every interval of its offline runs).
+        return -np.expm1(np.maximum(tokens, 1.0) * math.log1p(-share))
+    return 1.0 - (1.0 - share) ** max(tokens, 1.0)
 
 
 def experts_touched(experts: int, per_token: int, tokens):
@@ -143,14 +147,24 @@ def rank_load_factor(
     if ranks <= 1:
         return 1.0
     z = _normal_max(ranks)
-    array = isinstance(tokens, np.ndarray)
-    lam = (np.maximum(tokens, 1.0) if array else max(tokens, 1.0)) * per_token / experts
+    if isinstance(tokens, np.ndarray):
+        # The same formula with scalar factors first and the cube as two products
+        # (numpy's ** 3 is a pow per element): a fit evaluates it over every interval
+        # of its offline runs.
+        per_rank = ranks / experts
+        inv = (1.0 / (per_token / experts)) / np.maximum(tokens, 1.0)  # 1 / lambda
+        if balanced:
+            w = (inv * (per_rank / 9.0)) + EXPERT_LOAD_CV_BALANCED**2 / 9.0
+        else:
+            w = (inv + cv * cv) * (per_rank / 9.0)
+        f = 1.0 - w + z * np.sqrt(w)
+        f *= f * f
+        return np.clip(f, 1.0, float(ranks), out=f)
+    lam = max(tokens, 1.0) * per_token / experts
     if balanced:
         v = ranks / (lam * experts) + EXPERT_LOAD_CV_BALANCED**2
     else:
         v = (1.0 / lam + cv * cv) * ranks / experts
-    if array:
-        return np.clip((1.0 - v / 9.0 + z * np.sqrt(v / 9.0)) ** 3, 1.0, float(ranks))
     f = (1.0 - v / 9.0 + z * math.sqrt(v / 9.0)) ** 3
     return min(max(f, 1.0), float(ranks))
 

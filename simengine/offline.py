@@ -77,6 +77,12 @@ def longest_output(mean: float, cv: float, n: int, cap: int | None = None) -> in
     ``n`` (the spec checks it against the context window)."""
     if n < 1:
         raise SimEngineError(f"need at least one request, got {n}")
+    return _longest_output(float(mean), float(cv), int(n), cap)
+
+
+@functools.lru_cache(maxsize=256)
+def _longest_output(mean: float, cv: float, n: int, cap: int | None) -> int:
+    # Memoised: every prediction of a run parses its spec, which checks this.
     return int(_lengths_at(np.array([(n - 0.5) / n]), mean, cv, cap)[0])
 
 
@@ -122,6 +128,41 @@ class Schedule:
     pops: np.ndarray  # requests finishing at the event that ends it
     admits: np.ndarray  # requests admitted at that event (a slot each)
     initial: int  # requests admitted before the first step
+    # Derived from the above once (a fit simulates one schedule many times):
+    prompts: np.ndarray  # prompts each interval carries (the admissions before it)
+    finisher: np.ndarray  # per finishing request, in order: the interval it ends
+    # ... and how many admissions' prefills it waits for at that event: the j-th
+    # request to finish there waits for min(j, admitted) of them
+    prefills_before: np.ndarray
+
+
+class _ByArray:
+    """A small memo keyed by a read-only array's identity (and other hashable
+    arguments): the memoised lengths and schedules hand the same array objects to every
+    prediction of a run, and hashing their contents each time cost more than the
+    lookup saves. An entry keeps its array alive, so its id cannot be reused while the
+    entry stands; writable arrays are never memoised."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self.entries: dict[tuple, tuple[np.ndarray, object]] = {}
+
+    def get(self, array: np.ndarray, key: tuple, compute: Callable[[], object]):
+        if array.flags.writeable:
+            return compute()
+        k = (id(array), *key)
+        hit = self.entries.get(k)
+        if hit is not None and hit[0] is array:
+            return hit[1]
+        value = compute()
+        if len(self.entries) >= self.size:
+            self.entries.clear()
+        self.entries[k] = (array, value)
+        return value
+
+
+_SCHEDULES = _ByArray()
+_DISTINCT = _ByArray()
 
 
 def schedule(outputs: np.ndarray, input_tokens: float, slots: int) -> Schedule:
@@ -130,8 +171,26 @@ def schedule(outputs: np.ndarray, input_tokens: float, slots: int) -> Schedule:
     many parameter values)."""
     if slots < 1:
         raise SimEngineError(f"need at least one slot, got {slots}")
-    data = np.ascontiguousarray(outputs, dtype=np.float64)
-    return _schedule(data.tobytes(), float(input_tokens), int(slots))
+
+    def compute() -> Schedule:
+        data = np.ascontiguousarray(outputs, dtype=np.float64)
+        return _schedule(data.tobytes(), float(input_tokens), int(slots))
+
+    return _SCHEDULES.get(outputs, (float(input_tokens), int(slots)), compute)
+
+
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``: the distinct values and where each
+    entry's is, memoised for read-only arrays (a schedule's batch sizes, which a fit
+    asks for once per prediction of the run)."""
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        found = np.unique(values, return_inverse=True)
+        for a in found:
+            a.flags.writeable = False
+        return found
+
+    return _DISTINCT.get(values, (), compute)
 
 
 @functools.lru_cache(maxsize=64)
@@ -168,12 +227,22 @@ def _schedule(outputs: bytes, input_tokens: float, slots: int) -> Schedule:
                 admitted += 1
         pops.append(popped)
         admits.append(admitted)
+    pops_a = np.array(pops, dtype=np.int64)
+    admits_a = np.array(admits, dtype=np.int64)
+    finisher = np.repeat(np.arange(len(pops_a)), pops_a)
+    first = np.repeat(np.cumsum(pops_a) - pops_a, pops_a)
+    j = np.arange(len(finisher)) - first
     arrays = (np.array(dk, dtype=np.float64), np.array(active, dtype=np.float64),
-              np.array(context), np.array(pops, dtype=np.int64),
-              np.array(admits, dtype=np.int64))  # fmt: skip
+              np.array(context), pops_a, admits_a,
+              np.concatenate(([float(initial)], admits_a[:-1])).astype(np.float64),
+              finisher, np.minimum(j, admits_a[finisher]).astype(np.float64))  # fmt: skip
     for a in arrays:
         a.flags.writeable = False
-    return Schedule(*arrays, initial=initial)
+    dk_a, active_a, context_a, _, _, prompts_a, _, before = arrays
+    return Schedule(
+        dk_a, active_a, context_a, pops_a, admits_a, initial,
+        prompts=prompts_a, finisher=finisher, prefills_before=before,
+    )  # fmt: skip
 
 
 def simulate(
@@ -211,7 +280,7 @@ def simulate(
     span = sch.dk * st  # each interval's decode time
     # The prompts each interval carries: the initial admissions' in the first, then
     # those of the admissions made at the event before it; and what each costs.
-    prompts = np.concatenate(([float(sch.initial)], sch.admits[:-1]))
+    prompts = sch.prompts
     if carry_many is None:
         carried = float(prefill_busy) * prompts
         each = np.full(len(prompts), float(prefill_busy))
@@ -228,11 +297,7 @@ def simulate(
     ends = np.cumsum(span + carried)
     # At an event the requests finish one after another, each admission's prefill
     # between them: the j-th to finish waits for min(j, admitted) prefills.
-    first = np.repeat(np.cumsum(sch.pops) - sch.pops, sch.pops)
-    j = np.arange(int(sch.pops.sum())) - first
-    finished = np.repeat(ends, sch.pops) + np.repeat(busy, sch.pops) * np.minimum(
-        j, np.repeat(sch.admits, sch.pops)
-    )
+    finished = ends[sch.finisher] + busy[sch.finisher] * sch.prefills_before
     seconds = float(ends[-1] + busy[-1] * sch.admits[-1])
     # Admission times: the initial ones, then ends + busy x (1..admitted) at each event.
     initial_wait = each[0] * sch.initial * (sch.initial + 1) / 2.0

@@ -291,7 +291,7 @@ def offline_run(
         # (slope, constant, host floor) of the step at each batch size the run goes
         # through, once per size (step_many and host_many ask for the same batches).
         if per_size[0] is not batch:
-            sizes, which = np.unique(batch, return_inverse=True)
+            sizes, which = offline.distinct(batch)
             # Every size at once: the line's batch-dependent terms as arrays (an empty
             # batch counts as one stream, as _token_line counts it).
             line = gpu_token_line(s, np.where(sizes > 0, sizes, 1.0).astype(float), 1.0)
