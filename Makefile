@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PYTEST_ARGS ?= -n 2
+# Two workers (the machine's two cores); a worker that runs out of tests takes some of
+# the other's (worksteal), so the run does not end on one worker's queue.
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: install install-ops image compose-test k8s-check run test lint format check-migrations schema fuzz deploy-check bench bench-http bench-jobs bench-batches bench-streams bench-stack bench-queues bench-replay bench-gateway clean
 

@@ -768,18 +768,29 @@ def leave_one_source_out(
     return _leave_out(list(by_source.values()), sol=sol, spark=spark, start=start)
 
 
+LEAVE_ONE_OUT_CHECKS = ("gdp-val", "wafer model", "gpu source")
+
+
 def leave_one_out_checks(
-    sol: ModelSpec, spark: ModelSpec, start: EngineParams | None = None
+    sol: ModelSpec,
+    spark: ModelSpec,
+    start: EngineParams | None = None,
+    *,
+    only: str | None = None,
 ) -> dict[str, list[LeaveOneOutRow]]:
     """The identifiability checks: leave one GDP-Val target out, leave one wafer model
-    out, leave one source of GPU points out."""
-    return {
-        "gdp-val": leave_one_out(GDPVAL_FIT_TARGETS, sol=sol, spark=spark, start=start),
-        "wafer model": leave_one_out(
+    out, leave one source of GPU points out (``only``: just that one of
+    :data:`LEAVE_ONE_OUT_CHECKS`)."""
+    if only is not None and only not in LEAVE_ONE_OUT_CHECKS:
+        raise ValueError(f"unknown leave-one-out check {only!r}")
+    runs = {
+        "gdp-val": lambda: leave_one_out(GDPVAL_FIT_TARGETS, sol=sol, spark=spark, start=start),
+        "wafer model": lambda: leave_one_out(
             [w["name"] for w in WAFER_ERA_POINTS], sol=sol, spark=spark, start=start
         ),
-        "gpu source": leave_one_source_out(sol=sol, spark=spark, start=start),
+        "gpu source": lambda: leave_one_source_out(sol=sol, spark=spark, start=start),
     }
+    return {name: runs[name]() for name in LEAVE_ONE_OUT_CHECKS if only in (None, name)}
 
 
 SOL_SLUG = "gpt-5.6-sol"
