@@ -20,20 +20,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.realparts import BIN_DIR, ROOT, free_port, run_manage
+from tests.realparts import BIN_DIR, ROOT, free_port, inherited_environ, run_manage
 
 
 def quickstart_env(var_dir: str | Path, **extra) -> dict[str, str]:
     """os.environ without the database, broker and settings variables (the quick start's
     SQLite and filesystem broker under `var_dir`), a free PORT, and `extra` (a None value
     removes a variable)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
-        and not k.startswith("PYTEST_")
-        and k != "CELERY_TASK_ALWAYS_EAGER"
-    }
+    env = inherited_environ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
     env.update(
         VAR_DIR=str(var_dir),
         PORT=str(free_port()),

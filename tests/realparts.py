@@ -935,21 +935,32 @@ class PostgresServer(_StoppableServer):
 # --- the project's processes -----------------------------------------------------------
 
 
+# Variables of the test process itself that a project it starts must not inherit:
+# pytest's (PYTEST_*), the eager-Celery switch, and PROMETHEUS_MULTIPROC_DIR, the test
+# process's metrics folder (routing.core.metrics sets it to VAR_DIR/metrics, one folder
+# for every test worker). A child keeps its metrics under its own VAR_DIR; given the
+# test's folder, `make run` (deploy/run.sh) empties it at start, deleting the test
+# workers' own counters under tests/routing/api/test_metrics.py's scrapes.
+TEST_PROCESS_VARIABLES = frozenset({"CELERY_TASK_ALWAYS_EAGER", "PROMETHEUS_MULTIPROC_DIR"})
+
+
+def inherited_environ(*drop: str) -> dict[str, str]:
+    """os.environ without the test process's own variables (TEST_PROCESS_VARIABLES,
+    PYTEST_*) and without `drop`: what every process a test starts begins from."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k not in TEST_PROCESS_VARIABLES and k not in drop
+    }
+
+
 def project_env(
     database_url: str, broker_url: str, *, var_dir: str | Path | None = None, **extra
 ) -> dict[str, str]:
     """An environment for the project's subprocesses: os.environ plus the database and
     broker URLs, the settings module and a VAR_DIR of their own (a temp folder removed
     at exit unless `var_dir` is given). `extra` adds variables; a None value removes one."""
-    env = dict(os.environ)
-    for key in list(env):
-        # PROMETHEUS_MULTIPROC_DIR: this process's metrics folder (routing.core.metrics
-        # sets it); the subprocesses keep theirs under their own VAR_DIR.
-        if key.startswith("PYTEST_") or key in {
-            "CELERY_TASK_ALWAYS_EAGER",
-            "PROMETHEUS_MULTIPROC_DIR",
-        }:
-            del env[key]
+    env = inherited_environ()
     if var_dir is None:
         var_dir = owned_tempdir("var")
     env.update(

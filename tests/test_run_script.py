@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.quickstart import QuickStart, children_of
+from tests.realparts import inherited_environ
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN_VAR = "RUNSH_TEST_TOKEN"
@@ -58,7 +59,7 @@ def fake_env(tmp_path):
     for name, text in [("celery", FAKE_CELERY), ("python", FAKE_PY)]:
         (fake / name).write_text(text)
         (fake / name).chmod(0o755)
-    env = dict(os.environ)
+    env = inherited_environ()
     env.update(
         VAR_DIR=str(tmp_path / "var"),
         PY=str(fake / "python"),
