@@ -91,15 +91,3 @@ def stack(postgres_server, redis_server, broker_server):
         yield s
     finally:
         s.close()
-
-
-def pytest_collection_modifyitems(items):
-    # The tests that start servers (marker ``realparts``) run first, in their usual
-    # order. `make test` runs two xdist workers with --dist worksteal, which hands each
-    # worker a contiguous half of this list and lets an idle worker take some of the
-    # other's pending tests: the long real-parts tests (the soak, the README walk, the
-    # ones that sleep through keep-alive timeouts) then start early on one worker while
-    # the other runs the quick ones, instead of ending the run on one worker (they sat
-    # at the end of the collection, tests/test_*.py after tests/routing and
-    # tests/simengine). Order only: every test still runs.
-    items.sort(key=lambda item: item.get_closest_marker("realparts") is None)
