@@ -187,6 +187,8 @@ _NEW_TOP_FIELDS = (
     "max_output_tokens",
     "server",
     "kv_admission",
+    # twenty-fourth round: a prompt's prefix-cached tokens (the old engine prefilled all)
+    "cached_input_tokens",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -217,7 +219,7 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``expert_load_balancer``,
       ``disaggregated_prefill``,
-      ``output_tokens_cv``, ``server``, ``kv_admission`` dropped; ``offline_requests`` N
+      ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens`` dropped; ``offline_requests`` N
       (a finite run, added to some figures after the hold-out was frozen) ->
       ``concurrency`` N, the steady-state form the frozen spec had.
     - ``replicas``: dropped; the spec describes one replica and the returned factor

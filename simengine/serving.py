@@ -38,6 +38,7 @@ def serving_point(
     input_tokens: int,
     output_tokens: int,
     output_tokens_cv: float = 0.0,
+    cached_input_tokens: int = 0,
     speculative: bool | Speculation = False,
     with_transport: bool = False,
     rate_per_second: float | None = None,
@@ -70,6 +71,16 @@ def serving_point(
     raises the context the streams in flight hold to the token-weighted mean
     (:func:`simengine.kv.mean_context`): their KV, hence the batch the cache holds, and
     their attention per step.
+
+    ``cached_input_tokens`` (default 0) of each prompt are already in the server's prefix
+    cache (vLLM's automatic prefix caching, SGLang's radix cache, TensorRT-LLM's KV
+    block reuse: a prompt whose leading blocks match a request the server has served
+    and not evicted): the request prefills only the other input - cached tokens, whose
+    attention still reads the cached prefix (:func:`simengine.prefill.prefill_parts`
+    of the new tokens after the cached ones), so its TTFT and the chunks riding the
+    other streams' steps shrink; its KV still holds every input token. At least one
+    token is computed (a server recomputes a fully cached prompt's last token for its
+    logits: vLLM caps a hit at the prompt's length - 1).
 
     A finite Offline run (``offline_requests`` N, MLPerf's Offline scenario,
     ``trtllm-bench``): N requests per replica queued at once; the slots are
@@ -121,6 +132,7 @@ def serving_point(
         ):
             raise SimEngineError(f"rate_per_second must be a number > 0, got {rate_per_second!r}")
     positive_int(replicas, "replicas", 1)
+    new_tokens = input_tokens - cached_tokens(cached_input_tokens, input_tokens)
     admission = kv.kv_admission(server, kv_admission)
     if max_batch_size is None:
         max_batch = kv.default_max_batch_size(
@@ -157,8 +169,9 @@ def serving_point(
     gpu = s.hw.kind == "gpu"
     # Streams one replica decodes at once: the GPU batch cap, or the wafer's slots.
     slots = s.batch_cap if gpu else float(s.place.streams_per_replica)
-    prefill, side = prefill_parts(s, input_tokens, 0)
-    chunks = _chunks(s, input_tokens)
+    # The prompt's uncached tokens are prefilled after its cached prefix.
+    prefill, side = prefill_parts(s, new_tokens, input_tokens - new_tokens)
+    chunks = _chunks(s, new_tokens)
     if disaggregated_prefill:
         if not gpu:
             raise SimEngineError(f"disaggregated_prefill applies to GPUs only, not {s.hw.key}")
@@ -176,7 +189,7 @@ def serving_point(
         # none when prompts are prefilled elsewhere, or on wafers).
         decoding_with_prefills = gpu and not disaggregated_prefill
         return interference(
-            s, batch if decoding_with_prefills else None, side, input_tokens, output_tokens
+            s, batch if decoding_with_prefills else None, side, new_tokens, output_tokens
         )
 
     def at(batch: float) -> tuple[float, float, float]:
@@ -195,7 +208,7 @@ def serving_point(
         run = offline_run(
             s, offline_requests, input_tokens, output_tokens, output_tokens_cv,
             max_output_tokens, int(min(float(concurrency), slots)), per_token,
-            0.0 if disaggregated_prefill else prefill, side,
+            0.0 if disaggregated_prefill else prefill, side, new_tokens,
         )  # fmt: skip
         streams, tpot, queue = run.mean_batch, run.step_seconds, run.mean_wait
         ttft = prefill + chunks * tpot + ttft_extra
@@ -255,6 +268,17 @@ def serving_point(
     }
 
 
+def cached_tokens(cached: int, input_tokens: int) -> int:
+    """The prompt tokens served from the prefix cache: ``cached``, checked to be a whole
+    number from 0 to input_tokens - 1 (a request computes at least its last token)."""
+    if isinstance(cached, bool) or not isinstance(cached, int) or not 0 <= cached < input_tokens:
+        raise SimEngineError(
+            f"cached_input_tokens must be an integer from 0 to input_tokens - 1 "
+            f"({input_tokens - 1}): a request computes at least its last token, got {cached!r}"
+        )
+    return cached
+
+
 def offline_run(
     s: Served,
     requests: int,
@@ -266,9 +290,12 @@ def offline_run(
     per_token: float,
     prefill: float,
     side: float = 0.0,
+    new_tokens: int | None = None,
 ) -> offline.OfflineRun:
     # A finite run on one replica (simengine.offline): the step at each batch and mean
-    # context is the served deployment's, the same line the steady state reads.
+    # context is the served deployment's, the same line the steady state reads. Each
+    # prompt holds ``input_tokens`` of KV and prefills ``new_tokens`` of them (default:
+    # all; fewer when a prefix is cached).
     gpu = s.hw.kind == "gpu"
     # Without speculation a GPU step is proportional to the tokens the streams attend
     # over plus a constant, both set by the batch alone (the co-batched streams' KV and
@@ -317,7 +344,7 @@ def offline_run(
     # share); wafers and disaggregated prefill (``prefill`` 0) take none from the steps.
     carry = None
     if gpu and prefill > 0:
-        prompt = float(input_tokens)
+        prompt = float(input_tokens if new_tokens is None else new_tokens)
 
         def carry(active: np.ndarray, prompts: np.ndarray, steps: np.ndarray) -> np.ndarray:
             return steps * carried(s, active, prompts / steps, prompt, side)

@@ -33,6 +33,9 @@ the streams in flight hold more context than the mean output says
 run (N requests per replica queued at once, MLPerf's Offline scenario): the throughput
 is over the whole run, the drain at its end included, with N output lengths of that
 mean and spread (capped at ``max_output_tokens``; :mod:`simengine.offline`).
+``cached_input_tokens`` of each prompt are in the server's prefix cache: only the rest
+is prefilled, after the cached prefix, while the KV holds them all
+(:func:`simengine.serving.serving_point`).
 ``server`` (GPUs: ``vllm``, ``sglang`` or ``tensorrt-llm``) sets the defaults that
 server runs with: TensorRT-LLM caps a batch at 2048 sequences and admits a request only
 when its whole input + output fits the KV cache (``kv_admission: "reserved"``), where
@@ -112,6 +115,10 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # synthetic benchmarks send). Streams in flight hold a length-biased share of the
     # long outputs (kv.mean_context).
     "output_tokens_cv": 0,
+    # Prompt tokens each request finds in the server's prefix cache (vLLM's automatic
+    # prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse): only the
+    # other input_tokens - cached_input_tokens are prefilled; the KV holds them all.
+    "cached_input_tokens": 0,
     # A finite Offline run: this many requests per replica queued at once (MLPerf
     # Offline, trtllm-bench); the run ends on its last request (simengine/offline.py).
     "offline_requests": None,
@@ -388,6 +395,12 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     pp = None if s["pipeline_parallel"] is None else _int(s, "pipeline_parallel", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
+    cached = _int(s, "cached_input_tokens", "", minimum=0)
+    if cached >= inp:
+        raise _err(
+            f"cached_input_tokens ({cached}) must be below input_tokens ({inp}): a request "
+            "computes at least its last token"
+        )
     try:
         cv = output_cv(s["output_tokens_cv"])
     except SimEngineError as exc:
@@ -513,6 +526,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         "input_tokens": inp,
         "output_tokens": out,
         "output_tokens_cv": cv,
+        "cached_input_tokens": cached,
         "offline_requests": requests,
         "max_output_tokens": max_out,
         "speculative": spec_dec or False,
@@ -568,6 +582,7 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         input_tokens=w["input_tokens"],
         output_tokens=w["output_tokens"],
         output_tokens_cv=w["output_tokens_cv"],
+        cached_input_tokens=w["cached_input_tokens"],
         offline_requests=w["offline_requests"],
         max_output_tokens=w["max_output_tokens"],
         speculative=w["speculative"],

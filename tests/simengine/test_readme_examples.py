@@ -331,3 +331,17 @@ def test_token_parts_example(readme):
         f"attention ({ms['attention']:.1f}, reading the KV) and all-reduces "
         f"({ms['collectives']:.1f})." in readme
     )
+
+
+def test_prefix_cache_example(readme):
+    base = {"model": {**LLAMA_70B, "kv_dtype": "fp8"}, "hardware": "h100", "devices": 2,
+            "tensor_parallel": 2, "concurrency": 64, "input_tokens": 8000,
+            "output_tokens": 400, "server": "vllm"}  # fmt: skip
+    cold = predict_spec(base)
+    warm = predict_spec({**base, "cached_input_tokens": 6000})
+    assert (
+        f"-> batch {cold['batch']:.0f}, {_n(cold['throughput_tokens_per_second'])} tok/s, "
+        f'TTFT {cold["ttft_seconds"]:.1f} s; with `"cached_input_tokens": 6000` -> batch '
+        f"{warm['batch']:.0f}, {_n(warm['throughput_tokens_per_second'])} tok/s, "
+        f"TTFT {warm['ttft_seconds']:.1f} s." in readme
+    )
