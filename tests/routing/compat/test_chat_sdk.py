@@ -212,7 +212,10 @@ def test_the_async_client_streams(live):
                 model="sol",
                 messages=MESSAGES,
                 service_tier="priority",
-                max_tokens=100,
+                # ~1.5 s of stream: several STREAM_TICK_SECONDS even when the server is
+                # slow to start it (100 tokens, ~0.15 s, all came due before the first
+                # check once under a loaded CI run, and were sent in one event)
+                max_tokens=1000,
                 stream=True,
                 stream_options={"include_usage": True},
             )
@@ -221,7 +224,7 @@ def test_the_async_client_streams(live):
             await client.close()
 
     chunks = asyncio.run(main())
-    assert chunks[-1].usage.completion_tokens == 100
+    assert chunks[-1].usage.completion_tokens == 1000
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2
 
 
