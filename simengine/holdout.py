@@ -219,8 +219,9 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``expert_load_balancer``,
       ``disaggregated_prefill``,
-      ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens`` dropped; ``offline_requests`` N
-      (a finite run, added to some figures after the hold-out was frozen) ->
+      ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens``
+      dropped; ``offline_requests`` N (a finite run, added to some figures after the
+      hold-out was frozen) ->
       ``concurrency`` N, the steady-state form the frozen spec had.
     - ``replicas``: dropped; the spec describes one replica and the returned factor
       (= replicas) multiplies the throughput metrics (output and total).

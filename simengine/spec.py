@@ -64,7 +64,7 @@ from .moe import expert_sizes
 from .offline import longest_output
 from .params import DEFAULT_PARAMS, EngineParams
 from .served import Deployment
-from .serving import serving_point
+from .serving import cached_tokens, serving_point
 from .speculative import production_default, resolve
 
 # Bytes per value of the data types a spec may name.
@@ -395,12 +395,10 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     pp = None if s["pipeline_parallel"] is None else _int(s, "pipeline_parallel", "")
     inp = _int(s, "input_tokens", "")
     out = _int(s, "output_tokens", "")
-    cached = _int(s, "cached_input_tokens", "", minimum=0)
-    if cached >= inp:
-        raise _err(
-            f"cached_input_tokens ({cached}) must be below input_tokens ({inp}): a request "
-            "computes at least its last token"
-        )
+    try:
+        cached = cached_tokens(s["cached_input_tokens"], inp)
+    except SimEngineError as exc:
+        raise _err(str(exc)) from None
     try:
         cv = output_cv(s["output_tokens_cv"])
     except SimEngineError as exc:
