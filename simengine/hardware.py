@@ -50,6 +50,13 @@ class HardwareProfile:
     # work each decode step runs there (simengine.host, params ``host:<host>:per_request``).
     # "" (wafers): no host term.
     host: str = ""
+    # Query rows one tensor-core tile of a latent-attention (MLA) decode kernel holds
+    # (simengine.parallel.latent_decode_padding): the query heads each GPU attends for,
+    # times the query tokens of a verify step, fill tiles of this many rows, and a short
+    # tile computes as a full one. Hopper 64 (FlashMLA's kBlockM, one warpgroup's wgmma
+    # M), Blackwell 128 (the CUTLASS / TensorRT-LLM MLA decode kernels' 128-head tile on
+    # one SM's tcgen05 MMA); 0 (wafers): no such tile.
+    latent_decode_rows: int = 0
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -127,6 +134,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         max_tensor_parallel=8,
         generation="hopper",
         host="x86",
+        latent_decode_rows=64,
     ),
     "h200": HardwareProfile(
         key="h200",
@@ -143,6 +151,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         max_tensor_parallel=8,
         generation="hopper",
         host="x86",
+        latent_decode_rows=64,
     ),
     # DGX/HGX B200 (the system published benchmarks run on): 1,440 GB HBM3e over 8 GPUs
     # = 180 GB each, 8 TB/s; dense BF16 2.25 / FP8 4.5 / FP4 9 PFLOP/s (datasheet
@@ -164,6 +173,7 @@ HARDWARE: dict[str, HardwareProfile] = {
         max_tensor_parallel=8,
         generation="blackwell",
         host="x86",
+        latent_decode_rows=128,
     ),
     # GB200 NVL72: 72 Blackwell GPUs in ONE NVLink 5 domain (130 TB/s / 72 = 1.8 TB/s
     # per GPU, both directions), so tensor- and expert-parallel groups up to 72 stay on NVLink. HBM3e
@@ -186,5 +196,6 @@ HARDWARE: dict[str, HardwareProfile] = {
         max_tensor_parallel=72,
         generation="blackwell",
         host="grace",
+        latent_decode_rows=128,
     ),
 }

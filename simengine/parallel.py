@@ -21,6 +21,7 @@ prefill formulas in :mod:`simengine.perf`.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -122,15 +123,57 @@ class AttentionSplit(NamedTuple):
     extra_weight_bytes: float  # weight bytes read per step beyond the TP split's
     kv_copies: float  # times a token's KV is stored and read (simengine.kv)
     allreduce_group: int  # GPUs attention all-reduces over (1: none)
+    # Query heads each GPU attends for: all of them under data parallelism, heads / TP
+    # under the head split (0: the model does not state its heads).
+    heads_per_rank: float = 0.0
 
 
 def attention_split(model, tensor_parallel: int, data_parallel: bool) -> AttentionSplit:
     """Attention split by head over the group (tensor parallel: KV copied when heads run
     short, an all-reduce per layer), or data parallel (:func:`attention_dp_weight_bytes`:
     every GPU reads the always-read weights, one KV copy, no all-reduce)."""
+    heads = float(model.heads or 0)
     if data_parallel:
-        return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1)
-    return AttentionSplit(0.0, tp_kv_replication(model.kv_shards, tensor_parallel), tensor_parallel)
+        return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1, heads)
+    return AttentionSplit(
+        0.0,
+        tp_kv_replication(model.kv_shards, tensor_parallel),
+        tensor_parallel,
+        max(heads / tensor_parallel, 1.0) if heads else 0.0,
+    )
+
+
+def latent_decode_padding(model, hw, split: AttentionSplit, query_tokens: int = 1) -> float:
+    """Factor on a latent-attention (MLA) decode step's attention FLOPs for the query
+    rows its kernel computes and throws away: 1 when the rows fill whole tiles.
+
+    Decoded with the up-projections absorbed, every query head of a stream attends over
+    the same latent, so the decode kernels stack the stream's query heads (times its
+    query tokens in a speculative verify step) into the M dimension of one tensor-core
+    tile and stream the latent once through it: ``hw.latent_decode_rows`` rows, 64 on
+    Hopper (FlashMLA: ``Flash_fwd_kernel_traits_mla<576, 64, ...>``, kBlockM 64, one
+    warpgroup's wgmma), 128 on Blackwell (the CUTLASS and TensorRT-LLM MLA decode
+    kernels, one SM's 128-row tcgen05 MMA). A tensor-parallel head split leaves each GPU
+    heads / TP of them, 16 of DeepSeek's 128 at TP8, and the kernels pad the tile to its
+    supported height and slice the output back (SGLang PR #22372, 2026-04: "FlashMLA
+    requires q heads to be 64 or 128 ... DeepSeek V3.2's 128 heads / TP8 = 16 heads ...
+    When using TP+DP attention ... no padding is needed. We pad to the next supported
+    variant (64/128) for pure-TP cases"; the same for CUTLASS MLA on Blackwell,
+    sgl-project/sglang PR #6929 and vllm-project/vllm PR #20769, "unrestricted num_heads
+    (< 128) for DeepSeek TP"). A padded row costs the FLOPs of a real one, so the kernel
+    does ceil(rows / tile) tiles of work: at TP8, 8x the FLOPs on Blackwell and 4x on
+    Hopper, where MLA decode is compute-bound (ModelSpec.decode_attention_flops) and the
+    padding binds; the KV it reads does not change. Attention data parallelism keeps all
+    the heads on every GPU (128 rows: whole tiles), which is one reason TensorRT-LLM's
+    throughput recipe for DeepSeek-R1 attends data-parallel (tech blog 3). Only a
+    latent cache: a grouped-query kernel stacks one KV head's few query heads the same
+    way, but reads a KV head per few rows and stays bound by memory.
+    """
+    tile = hw.latent_decode_rows
+    if not (tile and model.latent_cache and split.heads_per_rank):
+        return 1.0
+    rows = split.heads_per_rank * max(query_tokens, 1)
+    return math.ceil(rows / tile - 1e-9) * tile / rows
 
 
 def attention_dp_batch_cap(max_batch_size: float, group: int) -> float:

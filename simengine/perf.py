@@ -54,6 +54,7 @@ from .moe import (
 )
 from .parallel import (
     attention_split,
+    latent_decode_padding,
     pipeline_microbatch,
     split_pipeline,
 )
@@ -459,7 +460,12 @@ def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Specul
         bytes_per_param=m.attention_bytes_per_param,
         batch=batch,
         kv_bytes=s.attention.kv_copies * m.kv_bytes(batch * m.kv_tokens(context)),
-        attention_flops=m.decode_attention_flops * batch * m.kv_tokens(context),
+        attention_flops=(
+            m.decode_attention_flops
+            * batch
+            * m.kv_tokens(context)
+            * latent_decode_padding(m, s.hw, s.attention)
+        ),
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw, k.expert_efficiency) * k.eta_flop,
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,

@@ -37,7 +37,12 @@ from .moe import (
     moe_collectives_seconds,
 )
 from .moe import experts_balanced as balanced_by_default  # the parameter's name is taken
-from .parallel import AttentionSplit, attention_split, pipeline_hops_seconds
+from .parallel import (
+    AttentionSplit,
+    attention_split,
+    latent_decode_padding,
+    pipeline_hops_seconds,
+)
 
 # Attention (decode and prefill) multiplies at the 16-bit tensor-core rate whatever the
 # weights' or the cache's dtype: servers store an FP8 cache and dequantize it "to BF16/
@@ -270,13 +275,16 @@ def decode_step_line(
     experts_balanced = balanced_by_default(ep, experts_balanced)
     mem_rate = tp * hw.memory_bandwidth * eta_mem
     flop_rate = tp * compute_peak(model, hw, expert_efficiency) * eta_flop
-    attn = model.decode_attention_flops * tokens_per_stream
+    if split is None:
+        split = attention_split(model, tp, False)
+    # A latent cache's decode kernels compute whole tiles of query rows; a head split
+    # leaves them part-empty (simengine.parallel.latent_decode_padding).
+    attn = (model.decode_attention_flops * tokens_per_stream
+            * latent_decode_padding(model, hw, split, tokens_per_stream))  # fmt: skip
     # Decode attention at its own efficiency (params: eta_decode_attention; the GEMMs'
     # where none is calibrated).
     attn_rate = tp * hw.peak_flops(ATTENTION_MATH_BYTES) * (eta_attention or eta_flop)
     act = tokens * model.hidden_size * activation_bytes
-    if split is None:
-        split = attention_split(model, tp, False)
     t_comm = moe_collectives_seconds(
         model,
         hw,

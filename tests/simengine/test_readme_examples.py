@@ -345,3 +345,21 @@ def test_prefix_cache_example(readme):
         f"{warm['batch']:.0f}, {_n(warm['throughput_tokens_per_second'])} tok/s, "
         f"TTFT {warm['ttft_seconds']:.1f} s." in readme
     )
+
+
+def test_latent_decode_tile_example(readme):
+    from .test_simengine_dataparallel import DEEPSEEK
+
+    spec = {"hardware": "b200", "devices": 8, "tensor_parallel": 8, "concurrency": 512,
+            "max_batch_size": 512, "input_tokens": 1024, "output_tokens": 2048,
+            "server": "vllm", "software": "2025-07-16",
+            "model": {**DEEPSEEK, "kv_bytes_per_token": 70272}}  # fmt: skip
+    r = predict_spec(spec)
+    tpot = r["time_per_output_token_seconds"] * 1e3
+    attention = r["time_per_output_token_parts"]["attention"] * 1e3
+    assert r["time_per_output_token_bounds"]["attention"] == "flops"
+    assert (
+        f"-> TPOT {tpot:.1f} ms (attention {attention:.1f} ms of it, flops-bound), "
+        f"{_n(r['throughput_tokens_per_second'], 10)} tok/s;" in readme
+    )
+    assert f"which the engine put at 35.2 ms and now at {tpot:.1f} ms" in readme
