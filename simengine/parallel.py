@@ -162,12 +162,14 @@ def latent_decode_padding(model, hw, split: AttentionSplit, query_tokens: int = 
     sgl-project/sglang PR #6929 and vllm-project/vllm PR #20769, "unrestricted num_heads
     (< 128) for DeepSeek TP"). A padded row costs the FLOPs of a real one, so the kernel
     does ceil(rows / tile) tiles of work: at TP8, 8x the FLOPs on Blackwell and 4x on
-    Hopper, where MLA decode is compute-bound (ModelSpec.decode_attention_flops) and the
-    padding binds; the KV it reads does not change. Attention data parallelism keeps all
-    the heads on every GPU (128 rows: whole tiles), which is one reason TensorRT-LLM's
-    throughput recipe for DeepSeek-R1 attends data-parallel (tech blog 3). Only a
-    latent cache: a grouped-query kernel stacks one KV head's few query heads the same
-    way, but reads a KV head per few rows and stays bound by memory.
+    Hopper; the KV it reads does not change. Whether that binds is the step's roofline
+    (ModelSpec.decode_attention_flops): a full tile's FLOPs per byte of latent make MLA
+    decode compute-bound on Blackwell, while on Hopper at TP8 the padded 64-row tile
+    stays under the memory roof at the fitted efficiencies. Attention data parallelism
+    keeps all the heads on every GPU (128 rows: whole tiles), which is one reason
+    TensorRT-LLM's throughput recipe for DeepSeek-R1 attends data-parallel (tech blog
+    3). Only a latent cache: a grouped-query kernel stacks one KV head's few query heads
+    the same way, but reads a KV head per few rows and stays bound by memory.
     """
     tile = hw.latent_decode_rows
     if not (tile and model.latent_cache and split.heads_per_rank):
