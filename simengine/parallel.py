@@ -123,24 +123,15 @@ class AttentionSplit(NamedTuple):
     extra_weight_bytes: float  # weight bytes read per step beyond the TP split's
     kv_copies: float  # times a token's KV is stored and read (simengine.kv)
     allreduce_group: int  # GPUs attention all-reduces over (1: none)
-    # Query heads each GPU attends for: all of them under data parallelism, heads / TP
-    # under the head split (0: the model does not state its heads).
-    heads_per_rank: float = 0.0
 
 
 def attention_split(model, tensor_parallel: int, data_parallel: bool) -> AttentionSplit:
     """Attention split by head over the group (tensor parallel: KV copied when heads run
     short, an all-reduce per layer), or data parallel (:func:`attention_dp_weight_bytes`:
     every GPU reads the always-read weights, one KV copy, no all-reduce)."""
-    heads = float(model.heads or 0)
     if data_parallel:
-        return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1, heads)
-    return AttentionSplit(
-        0.0,
-        tp_kv_replication(model.kv_shards, tensor_parallel),
-        tensor_parallel,
-        max(heads / tensor_parallel, 1.0) if heads else 0.0,
-    )
+        return AttentionSplit(attention_dp_weight_bytes(model, tensor_parallel), 1.0, 1)
+    return AttentionSplit(0.0, tp_kv_replication(model.kv_shards, tensor_parallel), tensor_parallel)
 
 
 def latent_decode_padding(model, hw, split: AttentionSplit, query_tokens: int = 1) -> float:
@@ -172,9 +163,12 @@ def latent_decode_padding(model, hw, split: AttentionSplit, query_tokens: int = 
     the same way, but reads a KV head per few rows and stays bound by memory.
     """
     tile = hw.latent_decode_rows
-    if not (tile and model.latent_cache and split.heads_per_rank):
+    if not (tile and model.latent_cache and model.heads):
         return 1.0
-    rows = split.heads_per_rank * max(query_tokens, 1)
+    # The heads one GPU attends for: all of them under data parallelism (no all-reduce
+    # group), heads / TP under the head split.
+    heads_per_rank = max(model.heads / split.allreduce_group, 1.0)
+    rows = heads_per_rank * max(query_tokens, 1)
     return math.ceil(rows / tile - 1e-9) * tile / rows
 
 
