@@ -189,6 +189,10 @@ _NEW_TOP_FIELDS = (
     "kv_admission",
     # twenty-fourth round: a prompt's prefix-cached tokens (the old engine prefilled all)
     "cached_input_tokens",
+    # twenty-sixth round: the server's CUDA graphs and overlapped host loop (the old
+    # engine had neither eager launches nor a host term)
+    "cuda_graphs",
+    "overlap_scheduler",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -219,7 +223,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
     - ``expert_parallel``, ``pipeline_parallel`` (devices = tp x pp is kept),
       ``max_batch_size``, ``attention_data_parallel``, ``expert_load_balancer``,
       ``disaggregated_prefill``,
-      ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens``
+      ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens``,
+      ``cuda_graphs``, ``overlap_scheduler``
       dropped; ``offline_requests`` N (a finite run, added to some figures after the
       hold-out was frozen) ->
       ``concurrency`` N, the steady-state form the frozen spec had.

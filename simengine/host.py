@@ -46,10 +46,100 @@ Llama-3.1-8B on B200 (issue #13957, 2026-05: ~9 us per request).
 
 from __future__ import annotations
 
+import re
+
+from .errors import SimEngineError
+
+# --------------------------------------------------------------- servers' defaults by date
+#
+# Two things a server may run a decode step with (``cuda_graphs``, ``overlap_scheduler``;
+# a spec states either, else :func:`server_default` gives the server's default at the
+# figure's software date):
+#
+# * CUDA graphs. With them a decode step's kernels are replayed from one captured graph
+#   and each costs only its launch-to-finish latency (``gpu:kernel_overhead``). Without
+#   them ("eager" PyTorch) the host launches every kernel from Python, one after another,
+#   and the step also waits for that: :func:`eager_launch_param`. vLLM captured graphs by
+#   default from its first CUDA-graph release (vllm-project/vllm PR #1926, December 2023:
+#   ``enforce_eager`` False); SGLang from sgl-project/sglang PR #612 ("Enable cuda graph
+#   by default", 2024; no dated figure here predates it, so its month is taken as July).
+# * The overlapped host loop (the module docstring): SGLang's overlap schedule (PR #2067,
+#   November 2024), vLLM's async scheduling (PR #27614, 0.14.0, January 2026). Without it
+#   the host's work for a step runs between GPU steps: the step takes both, not the
+#   longer.
+#
+# TensorRT-LLM has no one date: before 1.0 its default flow built TensorRT engines run by
+# a C++ executor (no Python between kernels; the PyTorch flow was the "experimental"
+# ``tensorrt_llm._torch`` of the 0.17-0.19 docs, and ``tensorrt_llm.LLM`` became it in
+# 1.0), while that PyTorch flow, the one DeepSeek-R1 needed, ran eager and without the
+# overlap scheduler unless told (0.18.2's example: ``--enable_overlap_scheduler``
+# default False); NVIDIA's DeepSeek-R1 guide of the time: "there
+# are some features that need to be enabled through a user-defined file
+# extra-llm-api-config.yml, such as CUDA graph, overlap scheduler and attention dp"
+# (TensorRT-LLM docs, Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md), until PR
+# #4174 (overlap scheduler on by default, May 2025) and PR #5480 ("Breaking change: ...
+# Enable cuda graph by default", PyTorchConfig ``use_cuda_graph`` False -> True,
+# approved 2025-07-14). So ``tensorrt-llm`` runs both by default at every date, and a
+# spec for an early PyTorch-flow run with the defaults of its day states them false.
+#
+# Both as measured: TensorRT-LLM tech blog 3 ("Optimizing DeepSeek R1 Throughput on
+# NVIDIA Blackwell GPUs", 8x B200, attention DP, 1K/2K at maximum throughput) gives the
+# ablations: "CUDA Graph ... a significant 22% E2E performance impact ... particularly
+# on the PyTorch flow, because the python host code normally executes slower than C++";
+# "Overlap Scheduler: Showed a 4% E2E performance impact". ``calibrate`` prints the
+# engine's two ratios for that run beside them (simengine.calibration.ablation_checks);
+# neither is fitted.
+SERVER_DEFAULT_FROM: dict[tuple[str, str], tuple[int, int]] = {
+    ("vllm", "cuda_graphs"): (2023, 12),
+    ("sglang", "cuda_graphs"): (2024, 7),
+    ("vllm", "overlap_scheduler"): (2026, 1),
+    ("sglang", "overlap_scheduler"): (2024, 11),
+}
+SERVER_FEATURES = ("cuda_graphs", "overlap_scheduler")
+_DATE = re.compile(r"^(\d{4})[.-](\d{2})(?:[.-]\d{2})?$")
+
+
+def server_default(feature: str, server: str | None, software: str | None) -> bool:
+    """Whether ``server`` ran ``feature`` (:data:`SERVER_FEATURES`) by default at the
+    ``software`` date ("YYYY-MM[-DD]" or a version "YYYY.MM"): True from the date in
+    :data:`SERVER_DEFAULT_FROM` on, and whenever the server or the date is not stated
+    (today's servers all run both)."""
+    if feature not in SERVER_FEATURES:
+        raise SimEngineError(f"unknown server feature {feature!r}; known: {SERVER_FEATURES}")
+    since = SERVER_DEFAULT_FROM.get((server or "", feature))
+    m = _DATE.match(software or "")
+    if since is None or m is None:
+        return True
+    return (int(m.group(1)), int(m.group(2))) >= since
+
 
 def host_param(host: str) -> str:
     """The parameter naming a host CPU family's seconds per request per decode step."""
     return f"host:{host}:per_request"
+
+
+def eager_launch_param(host: str) -> str:
+    """The parameter naming a host CPU family's seconds per kernel launched eagerly.
+
+    Without CUDA graphs a decode step's kernels are launched one by one from the
+    server's Python code, each a PyTorch module call on the host CPU before the GPU can
+    run it. Sizes (params ``host:<host>:eager_launch``, fixed, not fitted): the CPU time
+    of one ``torch.nn.Linear`` forward, the same measurement the per-request figures
+    above take their ratio from (NVIDIA/TransformerEngine issue #2053: 13.48 us on a DGX
+    H100's Xeon Platinum 8480C, 37.08 us on GB200's Grace). TensorRT-LLM's own PyTorch
+    flow shows the same order: a "CPU dispatch interval (~35us)" per kernel on 8 GPUs
+    (NVIDIA/TensorRT-LLM PR #12653, 2026-04). The engine adds the launches to the GPU
+    step (the host issuing a kernel, then the GPU running it): at tech blog 3's maximum
+    throughput the longer of the two would leave CUDA graphs no gain at all, where the
+    blog measured 22 %.
+    """
+    return f"host:{host}:eager_launch"
+
+
+def eager_launch_seconds(per_kernel: float, kernels: int, cuda_graphs: bool) -> float:
+    """The host's launch time a decode step waits for: ``kernels`` launched eagerly at
+    ``per_kernel`` seconds each, or nothing when CUDA graphs replay them."""
+    return 0.0 if cuda_graphs else per_kernel * kernels
 
 
 def host_step_seconds(per_request: float, batch: float, schedulers: int = 1) -> float:

@@ -60,6 +60,12 @@ FIXED_VALUES: dict[str, float] = {
     # calibration point separates them from the GPU step: fixed, not fitted.
     "host:grace:per_request": 45.11e-3 / 1536,
     "host:x86:per_request": 45.11e-3 / 1536 / (37.08 / 13.48),
+    # The host's CPU time per kernel a decode step launches without CUDA graphs (eager
+    # PyTorch; simengine.host.eager_launch_param): one torch.nn.Linear forward's CPU
+    # time, 37.08 us on GB200's Grace and 13.48 us on a DGX H100's Xeon
+    # (TransformerEngine issue #2053). Fixed, not fitted: no calibration point runs eager.
+    "host:grace:eager_launch": 37.08e-6,
+    "host:x86:eager_launch": 13.48e-6,
     # Speculative decoding is no parameter: its gain follows from the method's published
     # acceptance and draft length and the hardware's step costs (simengine.speculative).
     # Wafer-to-wafer hop latency (physical: 0.1-5 us; the CS-3 system I/O), plus the

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SimEngineError
-from .host import host_param, host_step_seconds
+from .host import eager_launch_param, eager_launch_seconds, host_param, host_step_seconds
 from .kv import batch_at, capacity_tokens, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
@@ -253,6 +253,8 @@ def _knobs(s: Served) -> Knobs:
             host_per_stream=_host_per_stream(s),
             gemm=gemm,
             expert_efficiency=eta_expert,
+            eager_launch=_eager_launch(s),
+            host_serial=not s.deployment.overlap_scheduler,
         )
     verify_extra, draft = speculative_seconds(s, spec)
     return Knobs(
@@ -286,6 +288,15 @@ def _host_per_stream(s: Served) -> float:
         return 0.0
     ranks = (s.place.tensor_parallel or 1) if s.deployment.attention_data_parallel else 1
     return host_step_seconds(s.params.get(host_param(s.hw.host)), 1.0, ranks)
+
+
+def _eager_launch(s: Served) -> float:
+    # The host's launches a decode step waits for without CUDA graphs (simengine.host):
+    # every kernel of the step, one eager PyTorch call each.
+    if not s.hw.host or s.deployment.cuda_graphs:
+        return 0.0
+    per_kernel = s.params.get(eager_launch_param(s.hw.host))
+    return eager_launch_seconds(per_kernel, decode_kernels(s.model), cuda_graphs=False)
 
 
 def _decode_attention_efficiency(s: Served, eta_flop: float) -> float:
@@ -389,22 +400,26 @@ def token_parts(
     tokens = _step_tokens(s, b)
     gemm = k.gemm.at(tokens)
     drafting = 0.0 if spec is None else _gpu_drafting(s, d, b, context, spec)
-    gpu = (max(kv, flops) + d.fixed + k.step_overhead + drafting) / per_step
-    host = k.host_per_stream * b / per_step - extra  # the host's share a token waits on
+    launches = k.step_overhead + k.eager_launch  # graph kernels' latency + eager launches
+    gpu = (max(kv, flops) + d.fixed + launches + drafting) / per_step
+    work = k.host_per_stream * b / per_step  # the host's work per token
+    # Overlapped, the host waits on what the GPU step and its riding prefills leave of
+    # its work (its launches included); between steps, all of its work adds.
+    beyond = work if k.host_serial else max(0.0, work + k.eager_launch / per_step - extra - gpu)
     parts = {
         "attention": max(kv, flops) / per_step,
         "weight_gemms": gemm / per_step,
         "collectives": (d.fixed - gemm) / per_step,
-        "kernel_launches": k.step_overhead / per_step,
+        "kernel_launches": launches / per_step,
         "drafting": drafting / per_step,
-        "host_beyond_gpu": max(0.0, host - gpu),
+        "host_beyond_gpu": beyond,
         "prefill_riding": extra,
         "transport": per_token,
     }
     bounds = {
         "attention": "kv_read" if kv >= flops else "flops",
         "weight_gemms": "read" if k.gemm.read(tokens) >= gemm else "flops",
-        "step": "host" if host > gpu else "gpu",
+        "step": "host" if beyond > 0.0 and not k.host_serial else "gpu",
     }
     return parts, bounds
 
@@ -437,15 +452,23 @@ def gpu_token_line(s: Served, b, other_context: float) -> StepLine:
     k = s.knobs
     spec = k.speculation
     line = _decode_line(s, b, other_context)
-    fixed = line.fixed + k.step_overhead
+    # The step's kernels: their launch-to-finish latency, plus the host launching each
+    # one when no CUDA graph replays them (simengine.host).
+    fixed = line.fixed + k.step_overhead + k.eager_launch
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
+    if k.host_serial:
+        # No overlap scheduler: the host's work runs between GPU steps.
+        fixed, floor = fixed + host, 0.0
+    else:
+        # Beside the GPU: a step takes no less than the host's work and its launches.
+        floor = host + k.eager_launch if k.host_per_stream else 0.0
     if spec is None:
-        return StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, host)
+        return StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, floor)
     fixed += _gpu_drafting(s, line, b, other_context, spec)
     per_step = spec.tokens_per_step
     return StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
                      line.flop1 / per_step, fixed / per_step,
-                     floor=host / per_step)  # fmt: skip
+                     floor=floor / per_step)  # fmt: skip
 
 
 def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation):
@@ -469,7 +492,7 @@ def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Specul
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw, k.expert_efficiency) * k.eta_flop,
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
-        fixed=line.collectives + k.step_overhead,
+        fixed=line.collectives + k.step_overhead + k.eager_launch,
     )
     return shape.passes * one
 

@@ -152,6 +152,19 @@ def run_shape_table(rows: Sequence[Any]) -> str:
     return "Finite runs: completion times, engine against the run's log (not fitted)\n" + table
 
 
+def ablation_table(rows: Sequence[Any]) -> str:
+    """Server features on against off: the engine's throughput ratio beside the
+    server's published ablation."""
+    table = _table(
+        ["feature", "published on / off - 1", "engine on / off - 1", "source"],
+        [(r.name, f"{r.published:+.1%}", f"{r.predicted:+.1%}", r.source) for r in rows],
+    )
+    return (
+        "Server features: the engine's on / off ratio against a published ablation (not fitted)\n"
+        + table
+    )
+
+
 def _pct(x: float | str | None) -> str:
     if x is None:
         return "-"

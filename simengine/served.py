@@ -59,6 +59,10 @@ class Deployment(HashOnce):
     balances the experts over the expert-parallel GPUs (replicas of hot experts placed
     by load: DeepSeek's EPLB, TensorRT-LLM's wide-EP balancer); None: as served in
     production, on beyond one 8-GPU group (:data:`simengine.moe.WIDE_EP`).
+    ``cuda_graphs`` (GPUs): decode steps replay captured CUDA graphs (False: the host
+    launches each kernel, :func:`simengine.host.eager_launch_param`);
+    ``overlap_scheduler`` (GPUs): the host prepares the next step while the GPU runs
+    this one (False: the host's work runs between steps, :mod:`simengine.host`).
     """
 
     device: str
@@ -73,9 +77,16 @@ class Deployment(HashOnce):
     attention_data_parallel: bool = False
     attention_dp_balance: bool = False
     expert_load_balancer: bool | None = None
+    cuda_graphs: bool = True
+    overlap_scheduler: bool = True
 
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
+        for name in ("cuda_graphs", "overlap_scheduler"):
+            if not isinstance(getattr(self, name), bool):
+                raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")
+            if not getattr(self, name) and hw.kind != "gpu":
+                raise SimEngineError(f"{name} = false applies to GPUs only, not {hw.key}")
         if self.expert_load_balancer is not None:
             if not isinstance(self.expert_load_balancer, bool):
                 raise SimEngineError(
@@ -163,6 +174,10 @@ class Knobs:
     wafer_verify_extra: float = 0.0  # wafers: the k draft tokens' compute in a verify pass
     wafer_draft: float = 0.0  # wafers: one drafter pass
     host_per_stream: float = 0.0  # GPUs: the host's seconds per stream in the batch, per step
+    # GPUs: the host's eager kernel launches a step waits for (0 with CUDA graphs), and
+    # whether the host's per-stream work runs between steps instead of beside them.
+    eager_launch: float = 0.0
+    host_serial: bool = False
     gemm: GemmLine | None = None  # GPUs: the replica's weight GEMMs by tokens in a step
     # GPUs: the routed experts' GEMMs' share of their tensor-core rate relative to a
     # dense GEMM's (params gpu:eta_expert; 1 for a dense model and on wafers).

@@ -43,6 +43,11 @@ the others admit while the tokens held fit (``"paged"``) (:func:`simengine.kv.kv
 a sliding-window model's window layers take up the cache that server's pools give them
 (:func:`simengine.kv.capacity_tokens`: vLLM frees what falls out of the window, SGLang
 sizes their pool at 0.8 of the full layers', TensorRT-LLM like the full layers').
+It also sets, with the spec's ``software`` date, whether decode steps replay CUDA graphs
+(``cuda_graphs``) and whether the host prepares the next step while the GPU runs this
+one (``overlap_scheduler``): vLLM and SGLang turned each on by default at a known date
+(:func:`simengine.host.server_default`); a spec may state either (TensorRT-LLM's early
+PyTorch flow ran without both unless told).
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
@@ -58,6 +63,7 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
+from .host import SERVER_FEATURES, server_default
 from .kv import kv_admission, output_cv, server_kv_value_bytes
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
@@ -147,6 +153,11 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # GPUs: paged (admit while the tokens held fit) | reserved (admit only when the whole
     # input + output fits: TensorRT-LLM's GUARANTEED_NO_EVICT); default: the server's.
     "kv_admission": None,
+    # GPUs: decode steps replay captured CUDA graphs (false: eager, the host launches each
+    # kernel) and the host loop overlaps the GPU's step (false: it runs between steps);
+    # default: the server's default at the software date (simengine.host.server_default).
+    "cuda_graphs": None,
+    "overlap_scheduler": None,
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -469,6 +480,16 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     for key in ("server", "kv_admission"):
         if s[key] is not None and hw.kind == "wafer":
             raise _err(f"{key} applies to GPUs only; cs-3 is served by its own stack")
+    server_features = {}
+    for key in SERVER_FEATURES:
+        flag = s[key]
+        if flag is not None and not isinstance(flag, bool):
+            raise _err(f"{key} must be true or false, got {flag!r}")
+        if flag is not None and hw.kind == "wafer":
+            raise _err(f"{key} applies to GPUs only; cs-3 is served by its own stack")
+        if flag is None:
+            flag = hw.kind == "wafer" or server_default(key, s["server"], s["software"])
+        server_features[key] = flag
     adp, disagg = s["attention_data_parallel"], s["disaggregated_prefill"]
     balance = s["attention_dp_balance"]
     for key, flag in (
@@ -513,6 +534,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             attention_data_parallel=adp,
             attention_dp_balance=balance,
             expert_load_balancer=balancer,
+            **server_features,
         )
     except SimEngineError as exc:
         raise _err(str(exc)) from None
@@ -557,7 +579,9 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     cache holds under ``kv_admission``, also returned); wafers, the pipeline's slots),
     ``capacity_requests_per_second`` (open loop; None in a closed loop),
     ``kv_bytes_per_token``, ``software`` / ``software_era`` (the calibrated era used and
-    why) plus the placement used (replicas, devices, tensor_parallel, pipeline_stages),
+    why), ``cuda_graphs`` / ``overlap_scheduler`` (GPUs: what the server ran with, stated or
+    its default at the software date; None on wafers) plus the placement used (replicas,
+    devices, tensor_parallel, pipeline_stages),
     and where a stream's time per output token goes: ``time_per_output_token_parts``
     (seconds by part, summing to ``time_per_output_token_seconds``) and
     ``time_per_output_token_bounds`` (which side of each roofline binds;
@@ -594,6 +618,9 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         params=params,
     )
     point["kv_bytes_per_token"] = model.kv_bytes_per_token
+    gpu = HARDWARE[deployment.device].kind == "gpu"
+    for key in SERVER_FEATURES:  # what the GPU server ran with (stated or its default)
+        point[key] = getattr(deployment, key) if gpu else None
     return point
 
 
@@ -680,7 +707,7 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         keys = (*_OUTPUT_KEYS, "replicas", "devices", "tensor_parallel", "pipeline_stages")
-        for key in (*keys, "kv_admission", "software", "software_era"):
+        for key in (*keys, "kv_admission", *SERVER_FEATURES, "software", "software_era"):
             v = result[key]
             if v is None:
                 continue

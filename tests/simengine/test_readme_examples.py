@@ -363,3 +363,23 @@ def test_latent_decode_tile_example(readme):
         f"{_n(r['throughput_tokens_per_second'], 10)} tok/s;" in readme
     )
     assert f"which the engine put at 35.2 ms and now at {tpot:.1f} ms" in readme
+
+
+def test_server_features_example(readme):
+    def run(concurrency: int, **flags) -> dict:
+        return predict_spec({"model": LLAMA_8B, "hardware": "h100", "concurrency": concurrency,
+                             "input_tokens": 1000, "output_tokens": 500,
+                             "server": "tensorrt-llm", **flags})  # fmt: skip
+
+    off = {"cuda_graphs": False, "overlap_scheduler": False}
+    on1, off1, on64, off64 = run(1), run(1, **off), run(64), run(64, **off)
+    assert on1["cuda_graphs"] and not off1["cuda_graphs"]
+    launches = off1["time_per_output_token_parts"]["kernel_launches"] * 1e3
+    assert (
+        f"one stream {on1['tokens_per_second']:.0f} tok/s (TPOT "
+        f'{on1["time_per_output_token_seconds"] * 1e3:.2f} ms); with `"cuda_graphs": false, '
+        f'"overlap_scheduler": false` {off1["tokens_per_second"]:.0f} tok/s '
+        f"({off1['time_per_output_token_seconds'] * 1e3:.2f} ms, {launches:.2f} ms of it "
+        f"launches); at 64 streams {_n(on64['throughput_tokens_per_second'])} against "
+        f"{_n(off64['throughput_tokens_per_second'])} tok/s." in readme
+    )

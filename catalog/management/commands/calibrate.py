@@ -5,9 +5,10 @@ from django.core.management.base import BaseCommand, CommandError
 import simengine
 from catalog.engine import calibration_inputs
 from catalog.models import ModelVersion
-from simengine.calibration import run_shape_checks, unfitted_gpu_points
+from simengine.calibration import ablation_checks, run_shape_checks, unfitted_gpu_points
 from simengine.holdout import evaluate_holdout, evaluate_own_holdout
 from simengine.report import (
+    ablation_table,
     calibration_table,
     holdout_table,
     own_holdout_table,
@@ -23,6 +24,7 @@ class Command(BaseCommand):
         "GPT-5.3-Codex-Spark, Cerebras Llama cross-checks, GPU serving points, GPU "
         "ceilings) and print each target, the model's value and the residual, the GPU "
         "points kept out of the fit, the finite runs' completion times beside their logs, "
+        "the server features' on / off ratios beside a published ablation, "
         "then the hold-out and issue 28's own hold-out (with the error by kind: "
         "GPU/wafer, dense/MoE, latency/throughput)."
     )
@@ -56,11 +58,13 @@ class Command(BaseCommand):
         own = evaluate_own_holdout(result.params)
         unfitted = unfitted_gpu_points(result.params)
         shapes = run_shape_checks(result.params)
+        ablations = ablation_checks(result.params)
         if o["json"]:
             data = {
                 **result.to_dict(),
                 "unfitted_gpu_points": [vars(r) for r in unfitted],
                 "run_shapes": [{**vars(r), "ratio": r.ratio} for r in shapes],
+                "ablations": [vars(r) for r in ablations],
                 "holdout": holdout.to_dict(),
                 "own_holdout": own.to_dict(),
             }
@@ -69,6 +73,7 @@ class Command(BaseCommand):
             self.stdout.write(calibration_table(result))
             self.stdout.write("\n" + unfitted_points_table(unfitted))
             self.stdout.write("\n" + run_shape_table(shapes))
+            self.stdout.write("\n" + ablation_table(ablations))
             self.stdout.write("\n" + holdout_table(holdout))
             self.stdout.write("\n" + own_holdout_table(own))
         if o["plot"]:
