@@ -46,8 +46,7 @@ Llama-3.1-8B on B200 (issue #13957, 2026-05: ~9 us per request).
 
 from __future__ import annotations
 
-import re
-
+from .eras import era_key
 from .errors import SimEngineError
 
 # --------------------------------------------------------------- servers' defaults by date
@@ -96,7 +95,6 @@ SERVER_DEFAULT_FROM: dict[tuple[str, str], tuple[int, int]] = {
     ("sglang", "overlap_scheduler"): (2024, 11),
 }
 SERVER_FEATURES = ("cuda_graphs", "overlap_scheduler")
-_DATE = re.compile(r"^(\d{4})[.-](\d{2})(?:[.-]\d{2})?$")
 
 
 def server_default(feature: str, server: str | None, software: str | None) -> bool:
@@ -107,10 +105,8 @@ def server_default(feature: str, server: str | None, software: str | None) -> bo
     if feature not in SERVER_FEATURES:
         raise SimEngineError(f"unknown server feature {feature!r}; known: {SERVER_FEATURES}")
     since = SERVER_DEFAULT_FROM.get((server or "", feature))
-    m = _DATE.match(software or "")
-    if since is None or m is None:
-        return True
-    return (int(m.group(1)), int(m.group(2))) >= since
+    when = era_key(software or "")
+    return since is None or when is None or when >= since
 
 
 def host_param(host: str) -> str:

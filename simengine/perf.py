@@ -293,10 +293,10 @@ def _host_per_stream(s: Served) -> float:
 def _eager_launch(s: Served) -> float:
     # The host's launches a decode step waits for without CUDA graphs (simengine.host):
     # every kernel of the step, one eager PyTorch call each.
-    if not s.hw.host or s.deployment.cuda_graphs:
+    if not s.hw.host:
         return 0.0
     per_kernel = s.params.get(eager_launch_param(s.hw.host))
-    return eager_launch_seconds(per_kernel, decode_kernels(s.model), cuda_graphs=False)
+    return eager_launch_seconds(per_kernel, decode_kernels(s.model), s.deployment.cuda_graphs)
 
 
 def _decode_attention_efficiency(s: Served, eta_flop: float) -> float:
