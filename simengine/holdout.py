@@ -193,6 +193,9 @@ _NEW_TOP_FIELDS = (
     # engine had neither eager launches nor a host term)
     "cuda_graphs",
     "overlap_scheduler",
+    # twenty-seventh round: the batch sizes the server captured its graphs at
+    "cuda_graph_batch_sizes",
+    "cuda_graph_max_batch",
 )
 # dtype names of the new schema that the old one spells differently.
 _LEGACY_DTYPE = {"nvfp4": "fp4"}
@@ -224,7 +227,8 @@ def legacy_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], float]:
       ``max_batch_size``, ``attention_data_parallel``, ``expert_load_balancer``,
       ``disaggregated_prefill``,
       ``output_tokens_cv``, ``server``, ``kv_admission``, ``cached_input_tokens``,
-      ``cuda_graphs``, ``overlap_scheduler``
+      ``cuda_graphs``, ``overlap_scheduler``, ``cuda_graph_batch_sizes``,
+      ``cuda_graph_max_batch``
       dropped; ``offline_requests`` N (a finite run, added to some figures after the
       hold-out was frozen) ->
       ``concurrency`` N, the steady-state form the frozen spec had.

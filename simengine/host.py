@@ -46,6 +46,11 @@ Llama-3.1-8B on B200 (issue #13957, 2026-05: ~9 us per request).
 
 from __future__ import annotations
 
+import bisect
+import math
+
+import numpy as np
+
 from .eras import era_key
 from .errors import SimEngineError
 
@@ -143,3 +148,109 @@ def host_step_seconds(per_request: float, batch: float, schedulers: int = 1) -> 
     scheduler threads running side by side (attention-DP ranks; 1 otherwise), each
     ``per_request`` seconds per request."""
     return per_request * batch / max(1, schedulers)
+
+
+# ------------------------------------------------------------ CUDA graphs' batch sizes
+#
+# A server captures its decode CUDA graphs at a list of batch sizes, not at every batch
+# (``cuda_graph_batch_sizes``; a spec states the list, or its largest size with
+# ``cuda_graph_max_batch`` and the server's rule fills in the rest). A decode step runs
+# the smallest captured graph that holds its batch: the batch is padded with dummy rows
+# up to that size, and the step's weight GEMMs and collectives compute the padded rows
+# (the dummies' attention reads no cache, so it is not counted). A batch above the
+# largest size has no graph and runs eager: the host launches every kernel
+# (:func:`eager_launch_param`), as with ``cuda_graphs`` false. Under attention data
+# parallelism each rank captures and pads its own batch. Sources:
+#
+# * SGLang: captures [1, 2, 4, 8, 12], every 8 to 256, every 16 to 512, every 32 beyond,
+#   up to ``--cuda-graph-max-bs`` (python/sglang/srt/server_args.py,
+#   ``_generate_cuda_graph_batch_sizes``; padding on unless
+#   ``--disable-cuda-graph-padding``). Its default largest size was 160 on GPUs above
+#   25 GB ("the default value 160", sgl-project/sglang PR #2360, December 2024) until PR
+#   #10372 (September 2025: "relax max_cuda_graph_bs") set it by the GPU's memory: 256
+#   below 160 GiB with TP < 4 (H100, H200), 512 with TP >= 4 and at 160 GiB and above
+#   (B200, GB200). Above it SGLang decodes eager: PR #37898 (2026-09) on a 32 GB GPU, "the
+#   previous decode cuda-graph cap of max_bs=24 forced eager decode at bs>=32, collapsing
+#   high-concurrency throughput" (-71 % against vLLM at 32 streams).
+# * vLLM (V1): captures [1, 2, 4], every 8 below 256, every 16 from 256, up to
+#   ``max_cudagraph_capture_size``, min(2 x max_num_seqs, 512) by default
+#   (vllm-project/vllm PR #20628, July 2025; 512 since V1's first release), padding a
+#   batch to the next size; larger batches run without the full graph. No dated vLLM
+#   figure here predates V1, so V0's sizes are not distinguished.
+# * TensorRT-LLM: ``cuda_graph_config`` with ``enable_padding: true`` captures [1, 2, 4],
+#   every 8 to 128, then powers of two below ``max_batch_size`` and that size itself
+#   (tensorrt_llm/llmapi/llm_args.py, ``CudaGraphConfig._generate_cuda_graph_batch_sizes``,
+#   the 1.x form with ``math.ceil``; later releases add every 64 above 128);
+#   its performance overview states its own list ([1, 2, 4, ..., 512, 1024, 2048, 4096,
+#   8192] with padding). The bare LLM API's default (``max_batch_size`` 128, padding off:
+#   a batch missing from the list runs eager) is not what its published deployments run
+#   (every configuration in its deployment guides and performance pages sets padding and
+#   a size covering the server's batch), so a TensorRT-LLM spec that states no list gets
+#   the padded rule up to the server's batch cap; a bare server is stated with the list.
+# * No server stated (the catalog's pools): every batch has its own graph (no padding,
+#   never eager), the engine's behaviour before the sizes were modelled.
+SGLANG_GRAPH_MAX_BS_LEGACY = 160
+SGLANG_GRAPH_BY_MEMORY_FROM = (2025, 9)  # sgl-project/sglang PR #10372
+SGLANG_LARGE_GPU_BYTES = 160 * 2**30
+VLLM_GRAPH_MAX_BS = 512
+
+
+def graph_sizes_up_to(server: str | None, largest: int) -> tuple[int, ...]:
+    """The batch sizes ``server`` captures up to ``largest`` (its own rule; see above)."""
+    if largest < 1:
+        raise SimEngineError(f"cuda_graph_max_batch must be >= 1, got {largest}")
+    if server == "sglang":
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+                 *range(512, largest + 1, 32)]  # fmt: skip
+    elif server == "vllm":
+        sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
+    else:  # tensorrt-llm's padded rule (and a spec naming no server)
+        sizes = [1, 2, 4, *range(8, 129, 8)]
+        sizes += [2**i for i in range(8, max(8, math.ceil(math.log2(largest))))]
+    kept = sorted({n for n in sizes if n <= largest} | {largest})
+    return tuple(kept)
+
+
+def server_graph_sizes(
+    server: str | None,
+    software: str | None,
+    memory_bytes: float,
+    tensor_parallel: int,
+    max_batch: int,
+) -> tuple[int, ...] | None:
+    """The decode graph sizes ``server`` captures by default at the ``software`` date on
+    a GPU of ``memory_bytes`` in a TP group of ``tensor_parallel``, whose scheduler takes
+    at most ``max_batch`` sequences; None: every batch its own graph (no server
+    stated)."""
+    if server == "sglang":
+        when = era_key(software or "")
+        if when is not None and when < SGLANG_GRAPH_BY_MEMORY_FROM:
+            largest = SGLANG_GRAPH_MAX_BS_LEGACY
+        elif memory_bytes < SGLANG_LARGE_GPU_BYTES and tensor_parallel < 4:
+            largest = 256
+        else:
+            largest = 512
+        return graph_sizes_up_to(server, largest)
+    if server == "vllm":
+        return graph_sizes_up_to(server, VLLM_GRAPH_MAX_BS)
+    if server == "tensorrt-llm":
+        return graph_sizes_up_to(server, max(1, int(max_batch)))
+    return None
+
+
+def graph_batch(sizes: tuple[int, ...] | None, batch):
+    """(the batch a decode step computes, whether it runs eager) for a scheduler's
+    ``batch`` (a number or an array) under the captured ``sizes``: the smallest size
+    holding it, or the batch itself above the largest (eager). ``sizes`` None: the batch
+    itself, never eager."""
+    if sizes is None:
+        return batch, False
+    table = np.asarray(sizes, dtype=np.float64)
+    if isinstance(batch, np.ndarray):
+        i = np.searchsorted(table, batch - 1e-9)
+        eager = i >= len(table)
+        return np.where(eager, batch, table[np.minimum(i, len(table) - 1)]), eager
+    i = bisect.bisect_left(sizes, batch - 1e-9)
+    if i >= len(sizes):
+        return batch, True
+    return float(sizes[i]), False

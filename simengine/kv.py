@@ -56,7 +56,10 @@ DEFAULT_MAX_BATCH_SIZE = 256  # GPUs below 70 GiB
 SERVERS = ("vllm", "sglang", "tensorrt-llm")
 # TensorRT-LLM's LLM API (trtllm-serve, trtllm-bench's PyTorch flow) defaults
 # ``max_batch_size`` to 2048 (tensorrt_llm/llmapi/llm_args.py, BaseLlmArgs); per
-# attention-DP rank like the others (parallel.attention_dp_batch_cap).
+# attention-DP rank like the others (parallel.attention_dp_batch_cap). Not modelled:
+# ``trtllm-bench throughput`` left to its own sizing sets it from the KV cache at input +
+# output, up to 4096 (bench/build/tuning.py), which a spec states as max_batch_size
+# (looked at in issue 28's twenty-seventh round: two hold-out rows bind on 2048).
 SERVER_MAX_BATCH_SIZE = {"tensorrt-llm": 2048}
 
 # KV admission: when a request may join the batch.

@@ -44,7 +44,13 @@ from typing import Any
 import numpy as np
 
 from .errors import SimEngineError
-from .host import eager_launch_param, eager_launch_seconds, host_param, host_step_seconds
+from .host import (
+    eager_launch_param,
+    eager_launch_seconds,
+    graph_batch,
+    host_param,
+    host_step_seconds,
+)
 from .kv import batch_at, capacity_tokens, chunk_count
 from .model import HashOnce, ModelSpec, hash_once
 from .moe import (
@@ -255,6 +261,9 @@ def _knobs(s: Served) -> Knobs:
             expert_efficiency=eta_expert,
             eager_launch=_eager_launch(s),
             host_serial=not s.deployment.overlap_scheduler,
+            graph_sizes=s.deployment.cuda_graph_batch_sizes if s.deployment.cuda_graphs else None,
+            graph_ranks=(tp if s.deployment.attention_data_parallel else 1),
+            eager_step=_eager_launch(s, eager=True),
         )
     verify_extra, draft = speculative_seconds(s, spec)
     return Knobs(
@@ -290,13 +299,31 @@ def _host_per_stream(s: Served) -> float:
     return host_step_seconds(s.params.get(host_param(s.hw.host)), 1.0, ranks)
 
 
-def _eager_launch(s: Served) -> float:
+def _eager_launch(s: Served, eager: bool = False) -> float:
     # The host's launches a decode step waits for without CUDA graphs (simengine.host):
-    # every kernel of the step, one eager PyTorch call each.
+    # every kernel of the step, one eager PyTorch call each. ``eager``: a step that runs
+    # eager whatever the deployment's flag (a batch above its largest captured graph).
     if not s.hw.host:
         return 0.0
     per_kernel = s.params.get(eager_launch_param(s.hw.host))
-    return eager_launch_seconds(per_kernel, decode_kernels(s.model), s.deployment.cuda_graphs)
+    graphs = s.deployment.cuda_graphs and not eager
+    return eager_launch_seconds(per_kernel, decode_kernels(s.model), graphs)
+
+
+def _graph_step(s: Served, b):
+    # (the micro-batch a decode step of ``b`` streams computes, its eager launches): each
+    # scheduler pads its share of a pipeline stage's micro-batch to its next captured
+    # graph, or runs eager above the largest (simengine.host.graph_batch). Numbers or
+    # arrays.
+    k = s.knobs
+    mb = pipeline_microbatch(b, s.place.pipeline_stages)
+    if k.graph_sizes is None:
+        return mb, k.eager_launch
+    ranks = k.graph_ranks
+    per, eager = graph_batch(k.graph_sizes, mb / ranks)
+    if isinstance(eager, np.ndarray):
+        return per * ranks, np.where(eager, k.eager_step, 0.0)
+    return per * ranks, (k.eager_step if eager else 0.0)
 
 
 def _decode_attention_efficiency(s: Served, eta_flop: float) -> float:
@@ -320,7 +347,7 @@ def _step_tokens(s: Served, b: float) -> float:
     # draft tokens and its own when speculating.
     spec = s.knobs.speculation
     per_stream = 1 if spec is None else spec.draft_tokens + 1
-    return pipeline_microbatch(b, s.place.pipeline_stages) * per_stream
+    return _graph_step(s, b)[0] * per_stream
 
 
 def _decode_line(s: Served, b: float, other_context: float) -> StepLine:
@@ -333,8 +360,10 @@ def _decode_line(s: Served, b: float, other_context: float) -> StepLine:
     return decode_step_line(
         s.model,
         s.hw,
-        # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch).
+        # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch);
+        # the GEMMs and collectives compute the captured graph's padded batch.
         batch=pipeline_microbatch(b, stages),
+        gemm_batch=_graph_step(s, b)[0],
         other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=stages,
@@ -399,13 +428,14 @@ def token_parts(
     kv, flops = d.mem0 + d.mem1 * context, d.flop0 + d.flop1 * context
     tokens = _step_tokens(s, b)
     gemm = k.gemm.at(tokens)
-    drafting = 0.0 if spec is None else _gpu_drafting(s, d, b, context, spec)
-    launches = k.step_overhead + k.eager_launch  # graph kernels' latency + eager launches
+    eager = _graph_step(s, b)[1]
+    drafting = 0.0 if spec is None else _gpu_drafting(s, d, b, context, spec, eager)
+    launches = k.step_overhead + eager  # graph kernels' latency + eager launches
     gpu = (max(kv, flops) + d.fixed + launches + drafting) / per_step
     work = k.host_per_stream * b / per_step  # the host's work per token
     # Overlapped, the host waits on what the GPU step and its riding prefills leave of
     # its work (its launches included); between steps, all of its work adds.
-    beyond = work if k.host_serial else max(0.0, work + k.eager_launch / per_step - extra - gpu)
+    beyond = work if k.host_serial else max(0.0, work + eager / per_step - extra - gpu)
     parts = {
         "attention": max(kv, flops) / per_step,
         "weight_gemms": gemm / per_step,
@@ -453,27 +483,30 @@ def gpu_token_line(s: Served, b, other_context: float) -> StepLine:
     spec = k.speculation
     line = _decode_line(s, b, other_context)
     # The step's kernels: their launch-to-finish latency, plus the host launching each
-    # one when no CUDA graph replays them (simengine.host).
-    fixed = line.fixed + k.step_overhead + k.eager_launch
+    # one when no CUDA graph replays them (simengine.host: no graphs, or a batch above
+    # the largest captured one).
+    eager = _graph_step(s, b)[1]
+    fixed = line.fixed + k.step_overhead + eager
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if k.host_serial:
         # No overlap scheduler: the host's work runs between GPU steps.
         fixed, floor = fixed + host, 0.0
     else:
         # Beside the GPU: a step takes no less than the host's work and its launches.
-        floor = host + k.eager_launch if k.host_per_stream else 0.0
+        floor = host + eager if k.host_per_stream else 0.0
     if spec is None:
         return StepLine(line.mem0, line.mem1, line.flop0, line.flop1, fixed, 0.0, floor)
-    fixed += _gpu_drafting(s, line, b, other_context, spec)
+    fixed += _gpu_drafting(s, line, b, other_context, spec, eager)
     per_step = spec.tokens_per_step
     return StepLine(line.mem0 / per_step, line.mem1 / per_step, line.flop0 / per_step,
                      line.flop1 / per_step, fixed / per_step,
                      floor=floor / per_step)  # fmt: skip
 
 
-def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation):
+def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Speculation, eager=0.0):
     # The drafter's passes per verify step for ``batch`` streams (a number or an array)
-    # at ``context`` tokens.
+    # at ``context`` tokens; ``eager``: the verify step's eager launches (the drafter's
+    # passes run eager with it).
     m, k = s.model, s.knobs
     shape = drafter_shape(spec, m.layers)
     tp = s.place.tensor_parallel or 1
@@ -492,7 +525,7 @@ def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Specul
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
         flop_rate=tp * compute_peak(m, s.hw, k.expert_efficiency) * k.eta_flop,
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
-        fixed=line.collectives + k.step_overhead + k.eager_launch,
+        fixed=line.collectives + k.step_overhead + eager,
     )
     return shape.passes * one
 

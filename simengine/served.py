@@ -63,6 +63,10 @@ class Deployment(HashOnce):
     launches each kernel, :func:`simengine.host.eager_launch_param`);
     ``overlap_scheduler`` (GPUs): the host prepares the next step while the GPU runs
     this one (False: the host's work runs between steps, :mod:`simengine.host`).
+    ``cuda_graph_batch_sizes`` (GPUs, with ``cuda_graphs``): the batch sizes each
+    scheduler captured, ascending: a step pads its batch to the next one and runs eager
+    above the largest (:func:`simengine.host.graph_batch`); None: every batch its own
+    graph.
     """
 
     device: str
@@ -79,9 +83,24 @@ class Deployment(HashOnce):
     expert_load_balancer: bool | None = None
     cuda_graphs: bool = True
     overlap_scheduler: bool = True
+    cuda_graph_batch_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
+        sizes = self.cuda_graph_batch_sizes
+        if sizes is not None:
+            if hw.kind != "gpu":
+                raise SimEngineError(f"cuda_graph_batch_sizes applies to GPUs only, not {hw.key}")
+            if (
+                not isinstance(sizes, tuple)
+                or not sizes
+                or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
+                or list(sizes) != sorted(set(sizes))
+            ):
+                raise SimEngineError(
+                    "cuda_graph_batch_sizes must be distinct positive integers in ascending "
+                    f"order, got {sizes!r}"
+                )
         for name in ("cuda_graphs", "overlap_scheduler"):
             if not isinstance(getattr(self, name), bool):
                 raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -178,6 +197,12 @@ class Knobs:
     # whether the host's per-stream work runs between steps instead of beside them.
     eager_launch: float = 0.0
     host_serial: bool = False
+    # GPUs with CUDA graphs: the batch sizes each scheduler captured (None: every batch
+    # its own graph), the schedulers a replica's batch is split over (attention-DP
+    # ranks; else 1), and the launches of a step that runs eager above the largest size.
+    graph_sizes: tuple[int, ...] | None = None
+    graph_ranks: int = 1
+    eager_step: float = 0.0
     gemm: GemmLine | None = None  # GPUs: the replica's weight GEMMs by tokens in a step
     # GPUs: the routed experts' GEMMs' share of their tensor-core rate relative to a
     # dense GEMM's (params gpu:eta_expert; 1 for a dense model and on wafers).

@@ -47,7 +47,10 @@ It also sets, with the spec's ``software`` date, whether decode steps replay CUD
 (``cuda_graphs``) and whether the host prepares the next step while the GPU runs this
 one (``overlap_scheduler``): vLLM and SGLang turned each on by default at a known date
 (:func:`simengine.host.server_default`); a spec may state either (TensorRT-LLM's early
-PyTorch flow ran without both unless told).
+PyTorch flow ran without both unless told). With graphs, a step runs the smallest graph
+the server captured that holds its batch, padded, and eager above the largest: the
+sizes are the server's at the date (:func:`simengine.host.server_graph_sizes`), or
+stated (``cuda_graph_batch_sizes``, or the largest with ``cuda_graph_max_batch``).
 
 Defaults for omitted fields are in ``SPEC_DEFAULTS`` / ``MODEL_DEFAULTS`` (documented
 there); an unknown field anywhere is an error, as is a wrong type or range. Every
@@ -63,8 +66,8 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .host import SERVER_FEATURES, server_default
-from .kv import kv_admission, output_cv, server_kv_value_bytes
+from .host import SERVER_FEATURES, graph_sizes_up_to, server_default, server_graph_sizes
+from .kv import default_max_batch_size, kv_admission, output_cv, server_kv_value_bytes
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import longest_output
@@ -158,6 +161,13 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # default: the server's default at the software date (simengine.host.server_default).
     "cuda_graphs": None,
     "overlap_scheduler": None,
+    # GPUs, with CUDA graphs: the decode batch sizes the server captured (a list,
+    # ascending), or the largest of them (cuda_graph_max_batch; the server's rule fills in
+    # the rest); a step pads its batch to the next size and runs eager above the largest.
+    # Default: the server's at the software date (simengine.host.server_graph_sizes); no
+    # server stated: every batch its own graph. Give one of the two, not both.
+    "cuda_graph_batch_sizes": None,
+    "cuda_graph_max_batch": None,
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -386,6 +396,41 @@ def _experts(m: Mapping[str, Any], params: float, active: float) -> tuple[int, i
     return experts, per_token, shared
 
 
+def _graph_sizes(
+    s: Mapping[str, Any], hw: Any, tensor_parallel: int, max_batch: int | None
+) -> tuple[int, ...] | None:
+    # The decode CUDA graphs' batch sizes: stated (a list, or the largest with the
+    # server's rule), else the server's default (simengine.host.server_graph_sizes).
+    listed, largest = s["cuda_graph_batch_sizes"], s["cuda_graph_max_batch"]
+    if listed is None and largest is None:
+        if hw.kind != "gpu":
+            return None
+        cap = (
+            max_batch
+            if max_batch is not None
+            else default_max_batch_size(hw.memory_bytes, s["server"])
+        )
+        return server_graph_sizes(s["server"], s["software"], hw.memory_bytes, tensor_parallel, cap)
+    if hw.kind != "gpu":
+        name = "cuda_graph_batch_sizes" if listed is not None else "cuda_graph_max_batch"
+        raise _err(f"{name} applies to GPUs only; cs-3 is served by its own stack")
+    if listed is not None and largest is not None:
+        raise _err("give cuda_graph_batch_sizes or cuda_graph_max_batch, not both")
+    if largest is not None:
+        return graph_sizes_up_to(s["server"], _int(s, "cuda_graph_max_batch", ""))
+    if (
+        not isinstance(listed, list)
+        or not listed
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in listed)
+        or listed != sorted(set(listed))
+    ):
+        raise _err(
+            "cuda_graph_batch_sizes must be a list of distinct positive integers in "
+            f"ascending order, got {listed!r}"
+        )
+    return tuple(listed)
+
+
 def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
     """Validate a spec: (model, deployment, workload) or a one-line SimEngineError."""
     s = _fill(data, SPEC_DEFAULTS, "")
@@ -490,6 +535,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         if flag is None:
             flag = hw.kind == "wafer" or server_default(key, s["server"], s["software"])
         server_features[key] = flag
+    graph_sizes = _graph_sizes(s, hw, tp or npr or 1, max_batch)
     adp, disagg = s["attention_data_parallel"], s["disaggregated_prefill"]
     balance = s["attention_dp_balance"]
     for key, flag in (
@@ -534,6 +580,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             attention_data_parallel=adp,
             attention_dp_balance=balance,
             expert_load_balancer=balancer,
+            cuda_graph_batch_sizes=graph_sizes if server_features["cuda_graphs"] else None,
             **server_features,
         )
     except SimEngineError as exc:
@@ -621,6 +668,8 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     gpu = HARDWARE[deployment.device].kind == "gpu"
     for key in SERVER_FEATURES:  # what the GPU server ran with (stated or its default)
         point[key] = getattr(deployment, key) if gpu else None
+    sizes = deployment.cuda_graph_batch_sizes
+    point["cuda_graph_max_batch"] = sizes[-1] if sizes else None
     return point
 
 

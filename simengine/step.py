@@ -253,6 +253,7 @@ def decode_step_line(
     eta_attention: float | None = None,
     gemm: GemmLine | None = None,
     expert_efficiency: float = 1.0,
+    gemm_batch: float | None = None,
 ) -> StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -270,7 +271,9 @@ def decode_step_line(
     # window, ModelSpec.kv_tokens) and this stream's, a line in its context c.
     own0, own1 = model.kv_line(other_context_tokens)
     others_in_kv = (batch - 1) * model.kv_tokens(other_context_tokens) + own0
-    tokens = batch * tokens_per_stream
+    # ``gemm_batch``: the batch the GEMMs and collectives compute, when a captured CUDA
+    # graph pads the step (simengine.host.graph_batch); default: the batch.
+    tokens = (batch if gemm_batch is None else gemm_batch) * tokens_per_stream
     tp, ep = tensor_parallel, expert_parallel
     experts_balanced = balanced_by_default(ep, experts_balanced)
     mem_rate = tp * hw.memory_bandwidth * eta_mem

@@ -383,3 +383,28 @@ def test_server_features_example(readme):
         f"launches); at 64 streams {_n(on64['throughput_tokens_per_second'])} against "
         f"{_n(off64['throughput_tokens_per_second'])} tok/s." in readme
     )
+
+
+def test_graph_sizes_example(readme):
+    def run(concurrency: int, **flags) -> dict:
+        return predict_spec({"model": LLAMA_8B, "hardware": "h100", "concurrency": concurrency,
+                             "input_tokens": 1000, "output_tokens": 500, **flags})  # fmt: skip
+
+    early = run(200, server="sglang", software="2025-03")
+    late = run(200, server="sglang", software="2025-10")
+    assert (early["cuda_graph_max_batch"], late["cuda_graph_max_batch"]) == (160, 256)
+    listed = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]
+    trt = {"server": "tensorrt-llm", "max_batch_size": 4096}
+    padded = run(600, cuda_graph_batch_sizes=listed, **trt)
+    exact = run(600, cuda_graph_batch_sizes=[600], **trt)
+    assert padded["time_per_output_token_bounds"]["weight_gemms"] == "flops"
+    assert (
+        f'"2025-03"` (largest graph 160, so every step eager) '
+        f'{_n(early["throughput_tokens_per_second"], 10)} tok/s; `"2025-10"` (256) '
+        f"{_n(late['throughput_tokens_per_second'], 10)} tok/s." in readme
+    )
+    assert (
+        f"overview's list (600 padded to 1024, the GEMMs bound by FLOPs): "
+        f"{_n(padded['throughput_tokens_per_second'], 10)} tok/s, against "
+        f"{_n(exact['throughput_tokens_per_second'], 10)} with a graph at 600 exactly." in readme
+    )

@@ -230,7 +230,10 @@ def test_every_spec_changed_after_the_freeze_says_so():
     # dstack, SGLang and NVIDIA DeepSeek-R1 figures) were among the 28; the five Vultr
     # rows the twenty-fourth round amended (prefix cache, run sizes, Nemotron's layers)
     # were among them too; in the twenty-fifth, NVIDIA's DeepSeek-R1 maximum-throughput
-    # figure (its write-up's attention data parallelism).
+    # figure (its write-up's attention data parallelism); the twenty rows the
+    # twenty-seventh round amended (their launch settings' CUDA graph sizes: the
+    # seventeen TensorRT-LLM performance-overview rows and the three SGLang GB200 rows)
+    # were among them already.
     assert len(amended) == 31
     text = own_holdout_table(evaluate_own_holdout())
     for fid in amended:
