@@ -627,7 +627,9 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     ``capacity_requests_per_second`` (open loop; None in a closed loop),
     ``kv_bytes_per_token``, ``software`` / ``software_era`` (the calibrated era used and
     why), ``cuda_graphs`` / ``overlap_scheduler`` (GPUs: what the server ran with, stated or
-    its default at the software date; None on wafers) plus the placement used (replicas,
+    its default at the software date; None on wafers), ``cuda_graph_max_batch`` (the
+    largest batch with a captured graph, above which a step runs eager; None: no sizes
+    stated or defaulted, or no graphs) plus the placement used (replicas,
     devices, tensor_parallel, pipeline_stages),
     and where a stream's time per output token goes: ``time_per_output_token_parts``
     (seconds by part, summing to ``time_per_output_token_seconds``) and
@@ -756,7 +758,8 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         keys = (*_OUTPUT_KEYS, "replicas", "devices", "tensor_parallel", "pipeline_stages")
-        for key in (*keys, "kv_admission", *SERVER_FEATURES, "software", "software_era"):
+        server = ("kv_admission", *SERVER_FEATURES, "cuda_graph_max_batch")
+        for key in (*keys, *server, "software", "software_era"):
             v = result[key]
             if v is None:
                 continue

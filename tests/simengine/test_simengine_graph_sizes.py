@@ -19,6 +19,11 @@ Each piece isolated:
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -27,10 +32,10 @@ from simengine.holdout import legacy_spec
 from simengine.host import graph_batch, graph_sizes_up_to, server_graph_sizes
 from simengine.spec import predict_spec
 
+from .conftest import ROOT
 from .test_simengine_host import SMALL_MOE
 from .test_simengine_kv import LLAMA_8B
 
-GIB = 2**30
 H200, B200 = 141e9, 180e9
 
 
@@ -196,3 +201,18 @@ def test_the_legacy_schema_drops_both_fields():
     assert "cuda_graph_batch_sizes" not in old
     old, _ = legacy_spec({**_spec(8), "cuda_graph_max_batch": 8})
     assert "cuda_graph_max_batch" not in old
+
+
+def test_the_cli_prints_the_largest_captured_size(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_spec(200, server="sglang", software="2025-03")))
+    cmd = [sys.executable, "-m", "simengine", "predict", "--spec", str(spec)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^cuda_graph_max_batch +160$", out.stdout, re.M)
+    # Every step of 200 streams runs eager: the launches are milliseconds.
+    launches = re.search(r"^ +kernel_launches +([\d.]+)", out.stdout, re.M)
+    assert launches and float(launches.group(1)) > 2.0
+    spec.write_text(json.dumps(_spec(8)))  # no server: no sizes, nothing printed
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and "cuda_graph_max_batch" not in out.stdout
