@@ -92,7 +92,9 @@ from .errors import SimEngineError
 # on the PyTorch flow, because the python host code normally executes slower than C++";
 # "Overlap Scheduler: Showed a 4% E2E performance impact". ``calibrate`` prints the
 # engine's two ratios for that run beside them (simengine.calibration.ablation_checks);
-# neither is fitted.
+# since issue 28's twenty-seventh round the first is a calibration target fitting the
+# PyTorch calls an eager step makes per counted kernel (params gpu:eager_ops_per_kernel),
+# the second stays a check.
 SERVER_DEFAULT_FROM: dict[tuple[str, str], tuple[int, int]] = {
     ("vllm", "cuda_graphs"): (2023, 12),
     ("sglang", "cuda_graphs"): (2024, 7),
@@ -124,7 +126,8 @@ def eager_launch_param(host: str) -> str:
 
     Without CUDA graphs a decode step's kernels are launched one by one from the
     server's Python code, each a PyTorch module call on the host CPU before the GPU can
-    run it. Sizes (params ``host:<host>:eager_launch``, fixed, not fitted): the CPU time
+    run it. Sizes (params ``host:<host>:eager_launch``, fixed, not fitted; times
+    ``gpu:eager_ops_per_kernel`` calls a counted kernel, fitted): the CPU time
     of one ``torch.nn.Linear`` forward, the same measurement the per-request figures
     above take their ratio from (NVIDIA/TransformerEngine issue #2053: 13.48 us on a DGX
     H100's Xeon Platinum 8480C, 37.08 us on GB200's Grace). TensorRT-LLM's own PyTorch

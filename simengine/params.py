@@ -63,7 +63,8 @@ FIXED_VALUES: dict[str, float] = {
     # The host's CPU time per kernel a decode step launches without CUDA graphs (eager
     # PyTorch; simengine.host.eager_launch_param): one torch.nn.Linear forward's CPU
     # time, 37.08 us on GB200's Grace and 13.48 us on a DGX H100's Xeon
-    # (TransformerEngine issue #2053). Fixed, not fitted: no calibration point runs eager.
+    # (TransformerEngine issue #2053). Fixed; how many such calls an eager step makes per
+    # kernel the engine counts is fitted (gpu:eager_ops_per_kernel, below).
     "host:grace:eager_launch": 37.08e-6,
     "host:x86:eager_launch": 13.48e-6,
     # Speculative decoding is no parameter: its gain follows from the method's published
@@ -326,6 +327,17 @@ PRIORS: dict[str, Prior] = {
     # GPU points' single-stream figures (gpt-oss-120b at batch 1) fit it.
     "gpu:kernel_overhead": Prior(
         4.0e-6, 0.7, why="per kernel of a decode step (GPU points at batch 1)"
+    ),
+    # PyTorch ops an eager decode step launches per kernel the engine counts
+    # (simengine.step.decode_kernels counts a served step's fused kernels; eager PyTorch
+    # runs unfused elementwise ops, casts and copies beside them), each at the host's
+    # per-call CPU time (host:<host>:eager_launch, fixed). Prior 1 (one call a kernel).
+    # Fitted to TensorRT-LLM's own CUDA-graph ablation (tech blog 3, +22 % for DeepSeek-R1
+    # on 8x B200 at maximum throughput; the calibration target ablation_cuda_graphs);
+    # checked against a batch-1 ablation on H200 (deepspeedai/DeepSpeed PR #8352: GPT-2
+    # under SGLang and vLLM, eager against graphs; simengine.calibration.ablation_checks).
+    "gpu:eager_ops_per_kernel": Prior(
+        1.0, 0.7, why="eager PyTorch ops per decode kernel (CUDA-graph ablation)"
     ),
     # The agent's per-turn term (server side, beyond TTFT and decode): re-prefill of the
     # context evicted while a tool runs, harness orchestration. GDP-Val pins it.

@@ -305,7 +305,10 @@ def _eager_launch(s: Served, eager: bool = False) -> float:
     # eager whatever the deployment's flag (a batch above its largest captured graph).
     if not s.hw.host:
         return 0.0
-    per_kernel = s.params.get(eager_launch_param(s.hw.host))
+    # Each counted kernel is gpu:eager_ops_per_kernel PyTorch calls when run eager.
+    per_kernel = s.params.get(eager_launch_param(s.hw.host)) * s.params.get(
+        "gpu:eager_ops_per_kernel"
+    )
     graphs = s.deployment.cuda_graphs and not eager
     return eager_launch_seconds(per_kernel, decode_kernels(s.model), graphs)
 

@@ -153,16 +153,22 @@ def run_shape_table(rows: Sequence[Any]) -> str:
 
 
 def ablation_table(rows: Sequence[Any]) -> str:
-    """Server features on against off: the engine's throughput ratio beside the
-    server's published ablation."""
+    """Server features on against off: the engine beside the published ablations
+    (throughput on / off - 1, or eager decoding's extra ms per token), fitted or a
+    check."""
+
+    def fmt(r: Any, x: float) -> str:
+        return f"{x * 1e3:.2f} ms" if r.measure == "eager_ms" else f"{x:+.1%}"
+
+    def measure(r: Any) -> str:
+        return "eager - graphs per token" if r.measure == "eager_ms" else "on / off - 1"
+
     table = _table(
-        ["feature", "published on / off - 1", "engine on / off - 1", "source"],
-        [(r.name, f"{r.published:+.1%}", f"{r.predicted:+.1%}", r.source) for r in rows],
-    )
-    return (
-        "Server features: the engine's on / off ratio against a published ablation (not fitted)\n"
-        + table
-    )
+        ["feature", "measure", "published", "engine", "use", "source"],
+        [(r.name, measure(r), fmt(r, r.published), fmt(r, r.predicted),
+          "fit" if r.fitted else "check", r.source) for r in rows],
+    )  # fmt: skip
+    return "Server features: the engine against published ablations\n" + table
 
 
 def _pct(x: float | str | None) -> str:

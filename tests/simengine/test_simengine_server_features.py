@@ -38,6 +38,9 @@ from simengine.step import decode_kernels
 from .test_simengine_host import SMALL_MOE
 from .test_simengine_kv import LLAMA_8B
 
+# The PyTorch calls an eager step makes per counted kernel (fitted; the launches' factor).
+OPS = DEFAULT_PARAMS.get("gpu:eager_ops_per_kernel")
+
 
 @pytest.mark.parametrize(
     ("server", "software", "graphs", "overlap"),
@@ -80,7 +83,7 @@ def _tpot(spec: dict, params=DEFAULT_PARAMS) -> float:
 @pytest.mark.parametrize("batch", [1, 16, 64])
 def test_eager_decode_waits_for_every_kernel_launch_at_any_batch(batch):
     kernels = decode_kernels(model_from_spec(LLAMA_8B))
-    per_kernel = DEFAULT_PARAMS.get(eager_launch_param("x86"))
+    per_kernel = DEFAULT_PARAMS.get(eager_launch_param("x86")) * OPS
     graphs = predict_spec(_spec(batch=batch))
     eager = predict_spec(_spec(batch=batch, cuda_graphs=False))
     extra = eager["time_per_output_token_seconds"] - graphs["time_per_output_token_seconds"]
@@ -96,7 +99,7 @@ def test_a_grace_host_launches_slower_than_an_x86_one():
     assert grace > 2 * x86
     kernels = decode_kernels(model_from_spec(LLAMA_8B))
     extra = _tpot(_spec("gb200-nvl72", cuda_graphs=False)) - _tpot(_spec("gb200-nvl72"))
-    assert extra == pytest.approx(kernels * grace, rel=1e-9)
+    assert extra == pytest.approx(kernels * grace * OPS, rel=1e-9)
 
 
 @pytest.mark.parametrize("batch", [8, 64, 256])
@@ -142,7 +145,7 @@ def test_a_speculative_step_pays_the_launches_once_per_step():
     # token grows by less than the launches when a step yields more than one token.
     spec = _spec(speculative={"method": "eagle3", "draft_tokens": 3})
     kernels = decode_kernels(model_from_spec(LLAMA_8B))
-    per_kernel = DEFAULT_PARAMS.get(eager_launch_param("x86"))
+    per_kernel = DEFAULT_PARAMS.get(eager_launch_param("x86")) * OPS
     extra = _tpot({**spec, "cuda_graphs": False}) - _tpot(spec)
     assert 0.0 < extra < kernels * per_kernel
 
@@ -164,12 +167,17 @@ def test_the_spec_states_either_and_the_prediction_says_what_ran(key):
         predict_spec({**wafer, key: False})
 
 
-def test_the_engine_and_the_published_ablation_agree_in_size():
+def test_the_engine_and_the_published_ablations_agree_in_size():
     # TensorRT-LLM tech blog 3 (DeepSeek-R1 FP4, 8x B200, attention DP, maximum
-    # throughput): CUDA graphs +22 %, the overlap scheduler +4 %. The longer of the host's
-    # launches and the GPU's step would give graphs no gain at all at this batch; the
-    # engine's sum gives each within a factor of two of the measurement.
+    # throughput): CUDA graphs +22 % (a fit target since the twenty-seventh round: it sets
+    # gpu:eager_ops_per_kernel), the overlap scheduler +4 % (a check). The longer of the
+    # host's launches and the GPU's step would give graphs no gain at all at this batch;
+    # the engine's sum gives each within a factor of two of the measurement. The batch-1
+    # GPT-2 ablation on H200 (DeepSpeed PR #8352, not fitted): eager decoding's extra time
+    # per token within a factor of two too.
     rows = {r.name: r for r in ablation_checks()}
-    assert set(rows) == {name for name, _, _ in ABLATIONS}
+    assert {name for name, _, _ in ABLATIONS} <= set(rows)
+    assert {r.name for r in rows.values() if r.fitted} == {"cuda_graphs"}
+    assert {r.measure for r in rows.values()} == {"ratio", "eager_ms"}
     for row in rows.values():
         assert row.published / 2 < row.predicted < row.published * 2, row
