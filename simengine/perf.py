@@ -344,19 +344,19 @@ def _server_token_seconds(s: Served, context):
     return s.token_line.at(context)
 
 
-def _step_tokens(s: Served, b: float) -> float:
-    # The tokens one decode step of ``b`` streams multiplies through the weights: a
-    # pipeline stage's micro-batch (simengine.parallel.pipeline_microbatch), each stream's
-    # draft tokens and its own when speculating.
+def _step_tokens(s: Served, mb: float) -> float:
+    # The tokens a decode step's micro-batch ``mb`` (the graph's, _graph_step) multiplies
+    # through the weights: each stream's draft tokens and its own when speculating.
     spec = s.knobs.speculation
     per_stream = 1 if spec is None else spec.draft_tokens + 1
-    return _graph_step(s, b)[0] * per_stream
+    return mb * per_stream
 
 
-def _decode_line(s: Served, b: float, other_context: float) -> StepLine:
+def _decode_line(s: Served, b: float, other_context: float, mb) -> StepLine:
     # One decode step of ``b`` streams of a served GPU deployment, each other stream
     # holding ``other_context`` tokens (simengine.step): its kernels, before the launch
-    # overhead, the drafter's passes and the host's work.
+    # overhead, the drafter's passes and the host's work. ``mb``: the micro-batch the
+    # step's captured graph computes (_graph_step).
     k = s.knobs
     spec = k.speculation
     stages = s.place.pipeline_stages
@@ -366,7 +366,7 @@ def _decode_line(s: Served, b: float, other_context: float) -> StepLine:
         # Pipeline stages decode micro-batches (simengine.parallel.pipeline_microbatch);
         # the GEMMs and collectives compute the captured graph's padded batch.
         batch=pipeline_microbatch(b, stages),
-        gemm_batch=_graph_step(s, b)[0],
+        gemm_batch=mb,
         other_context_tokens=other_context,
         tensor_parallel=s.place.tensor_parallel or 1,
         pipeline_stages=stages,
@@ -427,11 +427,11 @@ def token_parts(
         }
         return parts, {"step": "pipeline"}
     b = float(batch or 1)
-    d = _decode_line(s, b, context)
+    mb, eager = _graph_step(s, b)
+    d = _decode_line(s, b, context, mb)
     kv, flops = d.mem0 + d.mem1 * context, d.flop0 + d.flop1 * context
-    tokens = _step_tokens(s, b)
+    tokens = _step_tokens(s, mb)
     gemm = k.gemm.at(tokens)
-    eager = _graph_step(s, b)[1]
     drafting = 0.0 if spec is None else _gpu_drafting(s, d, b, context, spec, eager)
     launches = k.step_overhead + eager  # graph kernels' latency + eager launches
     gpu = (max(kv, flops) + d.fixed + launches + drafting) / per_step
@@ -484,11 +484,11 @@ def gpu_token_line(s: Served, b, other_context: float) -> StepLine:
     one element per batch, which a finite run's every batch size reads at once)."""
     k = s.knobs
     spec = k.speculation
-    line = _decode_line(s, b, other_context)
+    mb, eager = _graph_step(s, b)
+    line = _decode_line(s, b, other_context, mb)
     # The step's kernels: their launch-to-finish latency, plus the host launching each
     # one when no CUDA graph replays them (simengine.host: no graphs, or a batch above
     # the largest captured one).
-    eager = _graph_step(s, b)[1]
     fixed = line.fixed + k.step_overhead + eager
     host = k.host_per_stream * b  # the host's work for the step (simengine.host)
     if k.host_serial:

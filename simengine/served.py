@@ -37,6 +37,22 @@ def positive_int(value: Any, name: str, minimum: int = 0) -> int:
     return value
 
 
+def checked_graph_sizes(sizes) -> tuple[int, ...]:
+    """``sizes`` as the tuple a deployment holds, or SimEngineError: distinct positive
+    integers in ascending order, at least one."""
+    if (
+        not isinstance(sizes, (list, tuple))
+        or not sizes
+        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
+        or list(sizes) != sorted(set(sizes))
+    ):
+        raise SimEngineError(
+            "cuda_graph_batch_sizes must be a list of distinct positive integers in "
+            f"ascending order, got {sizes!r}"
+        )
+    return tuple(sizes)
+
+
 @hash_once
 @dataclass(frozen=True)
 class Deployment(HashOnce):
@@ -91,16 +107,9 @@ class Deployment(HashOnce):
         if sizes is not None:
             if hw.kind != "gpu":
                 raise SimEngineError(f"cuda_graph_batch_sizes applies to GPUs only, not {hw.key}")
-            if (
-                not isinstance(sizes, tuple)
-                or not sizes
-                or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes)
-                or list(sizes) != sorted(set(sizes))
-            ):
-                raise SimEngineError(
-                    "cuda_graph_batch_sizes must be distinct positive integers in ascending "
-                    f"order, got {sizes!r}"
-                )
+            if not isinstance(sizes, tuple):
+                raise SimEngineError(f"cuda_graph_batch_sizes must be a tuple, got {sizes!r}")
+            checked_graph_sizes(sizes)
         for name in ("cuda_graphs", "overlap_scheduler"):
             if not isinstance(getattr(self, name), bool):
                 raise SimEngineError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -72,7 +72,7 @@ from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
 from .offline import longest_output
 from .params import DEFAULT_PARAMS, EngineParams
-from .served import Deployment
+from .served import Deployment, checked_graph_sizes
 from .serving import cached_tokens, serving_point
 from .speculative import production_default, resolve
 
@@ -418,17 +418,11 @@ def _graph_sizes(
         raise _err("give cuda_graph_batch_sizes or cuda_graph_max_batch, not both")
     if largest is not None:
         return graph_sizes_up_to(s["server"], _int(s, "cuda_graph_max_batch", ""))
-    if (
-        not isinstance(listed, list)
-        or not listed
-        or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in listed)
-        or listed != sorted(set(listed))
-    ):
-        raise _err(
-            "cuda_graph_batch_sizes must be a list of distinct positive integers in "
-            f"ascending order, got {listed!r}"
-        )
-    return tuple(listed)
+    try:
+        return checked_graph_sizes(listed if isinstance(listed, list) else None)
+    except SimEngineError:
+        raise _err(f"cuda_graph_batch_sizes must be a list of distinct positive integers "
+                   f"in ascending order, got {listed!r}") from None  # fmt: skip
 
 
 def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
