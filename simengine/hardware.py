@@ -82,9 +82,15 @@ class HardwareProfile:
         TensorRT-LLM runs MXFP4 experts on Hopper with BF16 activations, on Blackwell
         with MXFP8 ones; examples/models/core/gpt_oss/README.md, "MoE Support Matrix").
         """
+        return self.peak_flops(self.mma_operand_bytes(weight_bytes, activation_bytes))
+
+    def mma_operand_bytes(self, weight_bytes: float, activation_bytes: float = 0.0) -> float:
+        """Bytes per value of the operands a weight GEMM's tensor-core instruction takes
+        (:meth:`mma_peak`): the wider of its weights and activations (0: quantized like
+        the weights), 16 bits for 4-bit weights where there are no 4-bit tensor cores."""
         if weight_bytes <= 0.5 and not self.peak_flops_4bit:
-            return self.peak_flops_16bit
-        return self.peak_flops(max(weight_bytes, activation_bytes))
+            return 2.0
+        return max(weight_bytes, activation_bytes)
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict (JSON-friendly) of the profile."""

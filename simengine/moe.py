@@ -15,7 +15,9 @@ none of the B tokens picks it), each part at its own dtype (``attention_dtype`` 
 Expert parallelism (GPUs, ``expert_parallel`` = P): the routed experts are split over P
 GPUs; every MoE layer sends each token's activations to its k experts (dispatch) and
 brings the results back (combine), two all-to-alls (DeepEP, DeepSeek-V3 sec. 3.4).
-With tokens spread over the P GPUs, each GPU sends (B / P) k hidden x activation bytes,
+With tokens spread over the P GPUs, each GPU sends (B / P) k hidden x bytes per value
+(the dispatch quantized to the experts' GEMM input with its block scales when that is
+narrower than the activations, the combine at the activations' width: dispatch_bytes),
 of which (P - 1) / P leave the GPU, over NVLink inside one NVLink domain (8 GPUs on
 HGX, 72 on GB200 NVL72; DeepEP measures ~153 GB/s of H800's 160) and over the
 scale-out network beyond it (~43-47 GB/s of 50 per 400 Gb/s NIC): latency per
@@ -191,6 +193,32 @@ def imbalance_flops(
     return routed_flops_per_token(model, tensor_parallel, expert_parallel) * tokens * (factor - 1.0)
 
 
+# Block-scale bytes per value that a quantized activation carries with it, by its width:
+# NVFP4, one FP8 (E4M3) scale per 16 values; 8-bit, DeepEP's and DeepSeek-V3's FP32 scale
+# per 128-value token group (MXFP8's E8M0 scale per 32 values is the same 1/32 byte).
+QUANT_SCALE_BYTES: dict[float, float] = {0.5: 1.0 / 16.0, 1.0: 4.0 / 128.0}
+
+
+def dispatch_bytes(model, hw, activation_bytes: float) -> float:
+    """Bytes per value of a token's activations in an MoE layer's dispatch all-to-all.
+
+    Servers quantize a token's activations to the routed experts' GEMM input before the
+    dispatch, so it carries the narrower values with their block scales, and bring the
+    experts' outputs back at the activations' own width (the combine): DeepSeek-V3's
+    report (sec. 3.3, "Low-Precision Communication": dispatch in FP8, combine in BF16)
+    and DeepEP's FP8 dispatch; TensorRT-LLM's post-quant all-to-all
+    (``TRTLLM_MOE_POST_QUANT_ALLTOALLV``, default on) for NVFP4 experts; SGLang's NVFP4
+    quantization fused into DeepEP (LMSYS, GB200 Part II, 2025-09). The experts' input is
+    the operand width their tensor cores take
+    (:meth:`simengine.hardware.HardwareProfile.mma_operand_bytes`): 16-bit experts, and
+    4-bit weights widened to BF16 on Hopper (W4A16), dispatch the activations as they are.
+    """
+    width = hw.mma_operand_bytes(model.expert_bytes_per_param, model.expert_activation_bytes)
+    if width >= activation_bytes:
+        return activation_bytes
+    return width + QUANT_SCALE_BYTES.get(width, 0.0)
+
+
 def all_to_all_seconds(
     tokens: float,
     per_token: int,
@@ -201,17 +229,23 @@ def all_to_all_seconds(
     latency: float,
     bandwidth: float,
     base: float,
+    dispatched_bytes: float | None = None,
 ) -> float:
     """Dispatch + combine of one MoE layer over an expert-parallel group of ``group``.
 
     Each of the two all-to-alls: ``base`` (launch) + ``latency`` (the fabric's) +
-    the bytes one GPU sends, (tokens / group) k hidden activation_bytes (group - 1) /
-    group, over ``bandwidth``. Zero for a group of one.
+    the bytes one GPU sends, (tokens / group) k hidden x bytes per value x (group - 1) /
+    group, over ``bandwidth``: the dispatch at ``dispatched_bytes`` per value (the
+    quantized activations, :func:`dispatch_bytes`; default ``activation_bytes``), the
+    combine at ``activation_bytes``. Zero for a group of one.
     """
     if group <= 1:
         return 0.0
-    sent = (tokens / group) * per_token * hidden * activation_bytes * (group - 1) / group
-    return 2.0 * (base + latency + sent / bandwidth)
+    per_value = activation_bytes + (
+        activation_bytes if dispatched_bytes is None else dispatched_bytes
+    )
+    values = (tokens / group) * per_token * hidden * (group - 1) / group
+    return 2.0 * (base + latency) + values * per_value / bandwidth
 
 
 def wafer_expert_hops(
@@ -374,7 +408,8 @@ def moe_collectives_seconds(
     """Collectives of one step over all layers (``tokens``: a number or an array):
     tensor parallelism all-reduces twice per layer (attention and MLP/experts outputs,
     :func:`simengine.parallel.allreduce_seconds`); with expert parallelism the experts'
-    all-reduce becomes a dispatch + combine all-to-all over the EP group, on NVLink
+    all-reduce becomes a dispatch + combine all-to-all over the EP group (the dispatch
+    quantized to the experts' input, :func:`dispatch_bytes`), on NVLink
     when the group fits the NVLink domain, else over the scale-out network, its bytes
     the busiest rank's (:func:`rank_load_factor`; ``balanced``: a balancer placed the
     experts)."""
@@ -394,5 +429,6 @@ def moe_collectives_seconds(
         latency=hw.link_latency if on_nvlink else hw.scaleout_latency,
         bandwidth=hw.link_bandwidth if on_nvlink else hw.scaleout_bandwidth,
         base=base,
+        dispatched_bytes=dispatch_bytes(model, hw, activation_bytes),
     )
     return model.layers * (ar + a2a)

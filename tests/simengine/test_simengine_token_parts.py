@@ -77,8 +77,16 @@ def test_each_part_is_the_term_it_names():
     _, longer, _ = _parts({**one, "input_tokens": 8000})
     assert longer["attention"] > 4 * alone["attention"]
     assert longer["weight_gemms"] == pytest.approx(alone["weight_gemms"], rel=1e-9)
-    # Expert parallelism's all-to-alls are collectives.
-    assert _parts(SPECS["moe-expert-parallel"])[1]["collectives"] > closed["collectives"]
+    # Expert parallelism's all-to-alls are collectives: attending data-parallel, the spec
+    # has no all-reduce, so they are the whole part. (Until issue 28's twenty-eighth
+    # round this compared them with the TP2 spec's all-reduces; its quantized dispatch,
+    # test_simengine_dispatch_bytes.py, took them just below those: 1.21 against 1.31 ms.)
+    ep = _parts(SPECS["moe-expert-parallel"])[1]["collectives"]
+    assert ep > 0
+    # Its FP8 experts take FP8 inputs, so the dispatch is FP8; with 16-bit activations
+    # (W8A16) it is 16-bit and the part grows.
+    assert _parts({**SPECS["moe-expert-parallel"], "model": {**DSR1, "kv_latent": 576,
+                   "kv_dtype": "fp8", "activation_dtype": "bf16"}})[1]["collectives"] > ep  # fmt: skip
 
 
 def test_the_bounds_flip_where_the_physics_says():
