@@ -395,6 +395,22 @@ def step_active_params(model, tensor_parallel: int = 1, expert_parallel: int = 1
     return non_expert + expert * expert_share(model, tensor_parallel, expert_parallel)
 
 
+def dispatches(model, tensor_parallel: int, expert_parallel: int) -> bool:
+    """Whether an MoE layer dispatches its tokens to their experts' GPUs (all-to-all).
+
+    Only where the tokens are spread over the expert-parallel group, i.e. under attention
+    data parallelism (``tensor_parallel`` here: the group attention all-reduces over, 1
+    when each GPU attends for its own streams). Attending tensor-parallel, every GPU of
+    the group holds every token after attention's all-reduce, so each runs its own
+    experts on the tokens routed to them and the outputs are all-reduced like a
+    tensor-parallel MLP's: vLLM uses its all-to-all kernels only with data parallelism
+    (``FusedMoEParallelConfig.use_all2all_kernels``: dp_size > 1 and use_ep), and
+    TensorRT-LLM's MoE all-to-all needs attention DP ("alltoall should only enabled with
+    attention dp").
+    """
+    return model.is_moe and expert_parallel > 1 and tensor_parallel < expert_parallel
+
+
 def moe_collectives_seconds(
     model,
     hw,
@@ -408,14 +424,15 @@ def moe_collectives_seconds(
     """Collectives of one step over all layers (``tokens``: a number or an array):
     tensor parallelism all-reduces twice per layer (attention and MLP/experts outputs,
     :func:`simengine.parallel.allreduce_seconds`); with expert parallelism the experts'
-    all-reduce becomes a dispatch + combine all-to-all over the EP group (the dispatch
-    quantized to the experts' input, :func:`dispatch_bytes`), on NVLink
+    all-reduce becomes a dispatch + combine all-to-all over the EP group where tokens are
+    spread over it (:func:`dispatches`; the dispatch quantized to the experts' input,
+    :func:`dispatch_bytes`), on NVLink
     when the group fits the NVLink domain, else over the scale-out network, its bytes
     the busiest rank's (:func:`rank_load_factor`; ``balanced``: a balancer placed the
     experts)."""
     act = tokens * model.hidden_size * activation_bytes
     ar = allreduce_seconds(hw, act, tensor_parallel, base)
-    if expert_parallel <= 1 or not model.is_moe:
+    if not dispatches(model, tensor_parallel, expert_parallel):
         return 2 * model.layers * ar
     on_nvlink = expert_parallel <= hw.max_tensor_parallel
     # The busiest rank receives and sends its excess of the routed tokens too.

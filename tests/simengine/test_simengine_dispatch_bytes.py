@@ -97,3 +97,26 @@ def test_a_predictions_collectives_part_follows_the_dispatch_width():
     per_token = [r["time_per_output_token_parts"]["collectives"] for r in (fp4, fp8)]
     assert fp4["batch"] == fp8["batch"]
     assert 0.0 < per_token[0] < per_token[1]
+
+
+def test_only_spread_tokens_are_dispatched():
+    # simengine.moe.dispatches: an all-to-all only where the expert-parallel group's
+    # GPUs hold different tokens (attention data parallel: its all-reduce group is 1).
+    # Attending tensor-parallel over the group, every GPU holds every token and the
+    # experts' outputs are all-reduced (vLLM: all-to-all kernels only with dp_size > 1;
+    # TensorRT-LLM: all-to-all only with attention DP).
+    from simengine.moe import dispatches
+
+    moe, dense = _model(), model_from_spec({**DEEPSEEK, "active_params_b": 671.0,
+                                            "experts": None, "experts_per_token": None,
+                                            "shared_experts": 0})  # fmt: skip
+    assert dispatches(moe, 1, 8)  # attention DP8 + EP8
+    assert not dispatches(moe, 8, 8)  # TP8 attention, EP8
+    assert not dispatches(moe, 8, 4)  # TP8 attention, EP4 (each expert TP2)
+    assert dispatches(moe, 8, 16)  # two TP8 groups, one EP16 group: tokens spread
+    assert not dispatches(moe, 1, 1) and not dispatches(dense, 1, 8)
+    hw = HARDWARE["h200"]
+    # Undispatched, the layer's collectives are the tensor-parallel all-reduces.
+    assert moe_collectives_seconds(moe, hw, 512.0, 8, 8, 10e-6, 2.0) == moe_collectives_seconds(
+        moe, hw, 512.0, 8, 1, 10e-6, 2.0
+    )

@@ -94,10 +94,20 @@ def test_expert_parallel_all_to_all_is_cheaper_inside_one_nvlink_domain():
     assert nvl["time_per_output_token_seconds"] < 0.9 * hgx["time_per_output_token_seconds"]
 
 
-def test_expert_parallel_adds_the_all_to_all_to_a_step():
-    tp = predict_spec(_moe_spec("gb200-nvl72", 8, 1))
-    ep = predict_spec(_moe_spec("gb200-nvl72", 8, 8))
-    assert ep["time_per_output_token_seconds"] != tp["time_per_output_token_seconds"]
+def test_expert_parallel_adds_the_all_to_all_only_where_tokens_are_spread():
+    # Attending tensor-parallel, every GPU holds every token: expert parallelism changes
+    # the experts' split, not the collectives (the outputs are all-reduced as under TP;
+    # simengine.moe.dispatches). Attending data-parallel, each GPU sends its own tokens
+    # to their experts and back: an all-to-all and no all-reduce. (Until issue 28's
+    # twenty-eighth round every expert-parallel step paid the all-to-all.)
+    def collectives(**extra):
+        r = predict_spec(_moe_spec("gb200-nvl72", 8, extra.pop("ep"), **extra))
+        return r["time_per_output_token_parts"]["collectives"]
+
+    tp = collectives(ep=1)
+    assert collectives(ep=8) == pytest.approx(tp, rel=1e-9)
+    dp = collectives(ep=8, attention_data_parallel=True)
+    assert dp > 0 and dp != pytest.approx(tp)
     with pytest.raises(SimEngineError, match="multiple of expert_parallel"):
         parse_spec(_moe_spec("gb200-nvl72", 12, 8))
     with pytest.raises(SimEngineError, match="needs a mixture of experts"):
