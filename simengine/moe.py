@@ -13,9 +13,12 @@ none of the B tokens picks it), each part at its own dtype (``attention_dtype`` 
 ``expert_dtype`` for the experts).
 
 Expert parallelism (GPUs, ``expert_parallel`` = P): the routed experts are split over P
-GPUs; every MoE layer sends each token's activations to its k experts (dispatch) and
-brings the results back (combine), two all-to-alls (DeepEP, DeepSeek-V3 sec. 3.4).
-With tokens spread over the P GPUs, each GPU sends (B / P) k hidden x bytes per value
+GPUs. Where the P GPUs hold different tokens (attention data parallelism), every MoE
+layer sends each token's activations to its k experts (dispatch) and brings the results
+back (combine), two all-to-alls (DeepEP, DeepSeek-V3 sec. 3.4); attending
+tensor-parallel, every GPU holds every token, runs its own experts on the ones routed to
+them and all-reduces the outputs as under TP (dispatches). With tokens spread over the
+P GPUs, each GPU sends (B / P) k hidden x bytes per value
 (the dispatch quantized to the experts' GEMM input with its block scales when that is
 narrower than the activations, the combine at the activations' width: dispatch_bytes),
 of which (P - 1) / P leave the GPU, over NVLink inside one NVLink domain (8 GPUs on

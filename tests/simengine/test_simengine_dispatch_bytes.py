@@ -18,6 +18,7 @@ from simengine.moe import (
     QUANT_SCALE_BYTES,
     all_to_all_seconds,
     dispatch_bytes,
+    dispatches,
     moe_collectives_seconds,
 )
 from simengine.spec import model_from_spec, predict_spec
@@ -105,8 +106,6 @@ def test_only_spread_tokens_are_dispatched():
     # Attending tensor-parallel over the group, every GPU holds every token and the
     # experts' outputs are all-reduced (vLLM: all-to-all kernels only with dp_size > 1;
     # TensorRT-LLM: all-to-all only with attention DP).
-    from simengine.moe import dispatches
-
     moe, dense = _model(), model_from_spec({**DEEPSEEK, "active_params_b": 671.0,
                                             "experts": None, "experts_per_token": None,
                                             "shared_experts": 0})  # fmt: skip
