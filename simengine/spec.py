@@ -418,11 +418,7 @@ def _graph_sizes(
         raise _err("give cuda_graph_batch_sizes or cuda_graph_max_batch, not both")
     if largest is not None:
         return graph_sizes_up_to(s["server"], _int(s, "cuda_graph_max_batch", ""))
-    try:
-        return checked_graph_sizes(listed if isinstance(listed, list) else None)
-    except SimEngineError:
-        raise _err(f"cuda_graph_batch_sizes must be a list of distinct positive integers "
-                   f"in ascending order, got {listed!r}") from None  # fmt: skip
+    return checked_graph_sizes(listed)  # its own SimEngineError names the field
 
 
 def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
