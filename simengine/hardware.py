@@ -71,7 +71,9 @@ class HardwareProfile:
             return self.peak_flops_4bit
         return self.peak_flops_8bit if bytes_per_param <= 1.0 else self.peak_flops_16bit
 
-    def mma_peak(self, weight_bytes: float, activation_bytes: float = 0.0) -> float:
+    def mma_peak(
+        self, weight_bytes: float, activation_bytes: float = 0.0, widened: float = 1.0
+    ) -> float:
         """Dense peak of a weight GEMM whose weights hold ``weight_bytes`` per value and
         whose activations ``activation_bytes`` (0: quantized like the weights).
 
@@ -81,14 +83,30 @@ class HardwareProfile:
         4-bit tensor cores widens 4-bit weights to 16 bits before they multiply (W4A16:
         TensorRT-LLM runs MXFP4 experts on Hopper with BF16 activations, on Blackwell
         with MXFP8 ones; examples/models/core/gpt_oss/README.md, "MoE Support Matrix").
+
+        ``widened``: the share of that rate a GEMM keeps when its weights are widened
+        (:meth:`widens`): a mixed-input GEMM converts each weight tile from 4 bits to the
+        tensor cores' width in registers, with its block scales, before the MMA takes it
+        (CUTLASS's Hopper mixed-input mainloop: shared memory -> registers -> convert and
+        dequantize -> wgmma; examples/55_hopper_mixed_dtype_gemm), work a native GEMM
+        does not do, so a compute-bound one runs below the 16-bit rate (NVIDIA/cutlass
+        #1549, "Hopper mixed precision gemm always worse than FP8"; vllm-project/vllm
+        #8006: "mixed-precision inference provides improvements in memory-bound
+        scenarios, not compute-bound"). Params ``gpu:eta_widened``; 1 elsewhere.
         """
-        return self.peak_flops(self.mma_operand_bytes(weight_bytes, activation_bytes))
+        peak = self.peak_flops(self.mma_operand_bytes(weight_bytes, activation_bytes))
+        return peak * widened if self.widens(weight_bytes) else peak
+
+    def widens(self, weight_bytes: float) -> bool:
+        """True when weights of ``weight_bytes`` per value must be widened before they
+        multiply: 4-bit weights on a device without 4-bit tensor cores (Hopper)."""
+        return weight_bytes <= 0.5 and not self.peak_flops_4bit
 
     def mma_operand_bytes(self, weight_bytes: float, activation_bytes: float = 0.0) -> float:
         """Bytes per value of the operands a weight GEMM's tensor-core instruction takes
         (:meth:`mma_peak`): the wider of its weights and activations (0: quantized like
         the weights), 16 bits for 4-bit weights where there are no 4-bit tensor cores."""
-        if weight_bytes <= 0.5 and not self.peak_flops_4bit:
+        if self.widens(weight_bytes):
             return 2.0
         return max(weight_bytes, activation_bytes)
 

@@ -53,6 +53,17 @@ DeepSeek-R1 configs do not (NVIDIA's v5.1 ``deepseek-r1.py``: the WIDEEP backend
 a balancer), so a deployment that does not say is balanced beyond one 8-GPU group
 (``WIDE_EP``) and not within it (``Deployment.expert_load_balancer``).
 
+Tile padding (GPUs): a grouped GEMM computes each expert's routed rows in whole tiles
+of rows, so a touched expert with m rows in a step computes more than m: one tile when
+m is short of it, half a tile too many on average beyond (:func:`expert_padding_rows`,
+``EXPERT_TILE_ROWS`` = 64: the row tile the MoE kernels cap at, FlashInfer's and
+TensorRT-LLM's trtllm-gen grouped GEMMs "Cap to 8-64 tokens per CTA tile as it's the
+range supported by the kernel", calculate_tile_tokens_dim; Hopper's wgmma computes 64
+rows per warpgroup instruction). The padded rows cost the experts' FLOPs, not their
+weight reads, so a memory-bound step does not see them: they weigh where many experts
+each get a few dozen rows (decode at large batch over many small experts), not in a
+prefill chunk's hundreds of rows an expert.
+
 Wafers: an MoE whose weights span more than one wafer has each layer's experts on
 other wafers than the tokens that need them (expert-parallel over the replica's
 wafers), so each MoE layer is no longer a local pass: the token's activations travel
@@ -116,6 +127,32 @@ EXPERT_LOAD_CV = 1.67
 # expert-parallel group served without one by default.
 EXPERT_LOAD_CV_BALANCED = 0.052
 WIDE_EP = 8
+# The tile a grouped expert GEMM computes an expert's routed rows in (module docstring,
+# "Tile padding"): sized to TILE_LOAD_FACTOR x the experts' mean rows, rounded up to a
+# power of two, between EXPERT_TILE_MIN_ROWS and EXPERT_TILE_ROWS rows.
+EXPERT_TILE_ROWS = 64
+EXPERT_TILE_MIN_ROWS = 8
+TILE_LOAD_FACTOR = 1.3
+# Rounding up to a power of two overshoots by sqrt(2) on average (log-uniform loads).
+_TILE_PER_ROW = TILE_LOAD_FACTOR * math.sqrt(2.0)
+
+
+def expert_padding_rows(tokens, experts: int, per_token: int, tile: float = EXPERT_TILE_ROWS):
+    """Rows a step's grouped expert GEMMs compute beyond its ``tokens`` x k routed rows:
+    half a tile for each touched expert (an expert's rows end part-way into their last
+    tile, half of it on average), the tile sized by the kernel to the experts' mean rows
+    m = tokens k / (E touched) (:func:`touched_fraction`): ``TILE_LOAD_FACTOR`` m
+    rounded up to a power of two (sqrt 2 too many on average), between
+    ``EXPERT_TILE_MIN_ROWS`` and ``tile`` rows. ``tokens``: a number or an array."""
+    share = per_token / experts
+    touched = touched_fraction(share, tokens)
+    if isinstance(tokens, np.ndarray):
+        rows = np.maximum(tokens, 1.0) * share / touched
+        sized = np.clip(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS, tile)
+        return experts * touched * 0.5 * sized
+    rows = max(tokens, 1.0) * share / touched
+    sized = min(max(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS), tile)
+    return experts * touched * 0.5 * sized
 
 
 def experts_balanced(expert_parallel: int, stated: bool | None = None) -> bool:
@@ -181,6 +218,14 @@ def routed_flops_per_token(model, tensor_parallel: int = 1, expert_parallel: int
         return 0.0
     return (2.0 * model.expert_layout[1] * model.per_expert_params
             * expert_share(model, tensor_parallel, expert_parallel))  # fmt: skip
+
+
+def padding_flops_per_row(model, tensor_parallel: int = 1, expert_parallel: int = 1) -> float:
+    """FLOPs of one padded row through one routed expert at the tensor-parallel group's
+    rate (2 e, the group's share: :func:`expert_share`; tile padding, module docstring)."""
+    if not model.is_moe:
+        return 0.0
+    return 2.0 * model.per_expert_params * expert_share(model, tensor_parallel, expert_parallel)
 
 
 def imbalance_flops(
@@ -267,33 +312,37 @@ def wafer_expert_hops(
     return moe_layers * 2.0 * per_hop
 
 
-def attention_peak(model, hw) -> float:
+def attention_peak(model, hw, widened: float = 1.0) -> float:
     """Dense peak FLOP/s of the non-expert weight GEMMs (attention projections, dense
     and shared layers): the tensor-core rate of their weights and activations
-    (:meth:`simengine.hardware.HardwareProfile.mma_peak`)."""
-    return hw.mma_peak(model.attention_bytes_per_param, model.attention_activation_bytes)
+    (:meth:`simengine.hardware.HardwareProfile.mma_peak`; ``widened``: the share a
+    mixed-input GEMM keeps where 4-bit weights are widened, params ``gpu:eta_widened``)."""
+    return hw.mma_peak(model.attention_bytes_per_param, model.attention_activation_bytes, widened)
 
 
-def expert_peak(model, hw, efficiency: float = 1.0) -> float:
+def expert_peak(model, hw, efficiency: float = 1.0, widened: float = 1.0) -> float:
     """Dense peak FLOP/s of the routed experts' GEMMs: the tensor-core rate of their
-    weights and activations, times ``efficiency`` (what a served MoE layer's grouped
-    GEMMs reach of it relative to a dense GEMM; params ``gpu:eta_expert``)."""
-    return hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes) * efficiency
+    weights and activations (``widened`` as in :func:`attention_peak`), times
+    ``efficiency`` (what a served MoE layer's grouped GEMMs reach of it relative to a
+    dense GEMM; params ``gpu:eta_expert``)."""
+    peak = hw.mma_peak(model.expert_bytes_per_param, model.expert_activation_bytes, widened)
+    return peak * efficiency
 
 
-def compute_peak(model, hw, expert_efficiency: float = 1.0) -> float:
+def compute_peak(model, hw, expert_efficiency: float = 1.0, widened: float = 1.0) -> float:
     """Dense peak FLOP/s for a token's active parameters at their dtypes: the non-expert
     and expert shares of the active parameters each at the tensor-core rate of their
     weights and activations (NVFP4 experts run at Blackwell's 4-bit rate, MXFP4 ones
     with MXFP8 activations at its 8-bit rate, BF16 attention at the 16-bit rate), the
     routed experts' at ``expert_efficiency`` of theirs (:func:`expert_peak`; shared
     experts multiply every token, a dense GEMM), combined as the time they take (a
-    harmonic mean weighted by FLOPs)."""
+    harmonic mean weighted by FLOPs); ``widened``: the share of their rate GEMMs of
+    widened 4-bit weights keep (:func:`attention_peak`)."""
     non_expert, expert = model.active_split
-    peak_a = attention_peak(model, hw)
+    peak_a = attention_peak(model, hw, widened)
     if not expert:
         return peak_a
-    peak_e = expert_peak(model, hw)
+    peak_e = expert_peak(model, hw, 1.0, widened)
     routed = model.expert_layout[1] * model.per_expert_params
     if peak_e == peak_a and expert_efficiency == 1.0:
         return peak_a
@@ -324,7 +373,8 @@ class GemmLine(NamedTuple):
     rates: max(the weights x tokens touch, read once, their 2 N_active x FLOPs). The read
     is the weights every step reads (``always``: non-expert and shared-expert weights,
     plus what an attention split adds) and the routed experts the tokens touch
-    (``experts`` x touched(k/E, x): :func:`touched_fraction`; 0 for a dense model).
+    (``experts`` x touched(k/E, x): :func:`touched_fraction`; 0 for a dense model); the
+    FLOPs add the rows the experts' tiles pad (:func:`expert_padding_rows`).
     Built once per served deployment (:func:`gemm_line`); the decode step and the prompt
     chunks that ride it (simengine.perf) read the same line."""
 
@@ -336,6 +386,10 @@ class GemmLine(NamedTuple):
     # balanced) for the busiest rank's excess (rank_load_factor); 0 / None without it.
     routed: float = 0.0
     skew: tuple[int, int, int, bool] | None = None
+    # Tile padding: seconds of one row through one routed expert at the experts' rate,
+    # and (E, k) for expert_padding_rows; 0 / None for a dense model.
+    pad_row: float = 0.0
+    layout: tuple[int, int] | None = None
 
     def read(self, tokens):
         """Seconds to read the weights ``tokens`` tokens touch (a number or an array)."""
@@ -346,6 +400,8 @@ class GemmLine(NamedTuple):
     def at(self, tokens):
         """Seconds for ``tokens`` tokens (a number or an array)."""
         flops = self.per_token * tokens
+        if self.pad_row:
+            flops = flops + self.pad_row * expert_padding_rows(tokens, *self.layout)
         if self.routed:
             flops = flops + self.routed * tokens * (rank_load_factor(tokens, *self.skew) - 1.0)
         read = self.read(tokens)
@@ -372,9 +428,14 @@ def gemm_line(
     experts = 0.0
     share = 0.0
     routed_seconds, skew = 0.0, None
+    pad_row, layout = 0.0, None
     if model.is_moe:
         routed, k = model.expert_layout
         share = k / routed
+        layout = (routed, k)
+        pad_row = padding_flops_per_row(model, tensor_parallel, expert_parallel) / (
+            routed_rate or flop_rate
+        )
         full = model.expert_params * model.expert_bytes_per_param
         experts = full * expert_share(model, tensor_parallel, expert_parallel) / mem_rate
         if expert_parallel > 1:
@@ -389,6 +450,8 @@ def gemm_line(
         2 * active / flop_rate,
         routed_seconds,
         skew,
+        pad_row,
+        layout,
     )
 
 

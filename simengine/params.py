@@ -317,6 +317,22 @@ PRIORS: dict[str, Prior] = {
     "gpu:eta_expert": Prior(
         0.8, 1.0, "logit", why="routed experts' GEMMs vs dense, rate share (GPU points)"
     ),
+    # What a GEMM whose 4-bit weights are widened before they multiply (a device without
+    # 4-bit tensor cores: Hopper) keeps of the 16-bit rate it runs at: a mixed-input
+    # GEMM converts every weight tile to 16 bits in registers, applying its block scales,
+    # before the MMA takes it (CUTLASS's Hopper mixed-input mainloop, examples/55), work
+    # a native GEMM does not do; NVIDIA/cutlass #1549 measures Hopper's mixed-input GEMM
+    # below the native one, vllm-project/vllm #8006 says a W4A16 model gains in
+    # memory-bound steps only. A multiplier on the tensor-core rate of those GEMMs
+    # (HardwareProfile.mma_peak); memory-bound steps do not see it. Added in issue 28's
+    # twenty-ninth round. Prior 0.7; the GPU points fit it: gpt-oss-120b's MXFP4 experts
+    # on H200 in RedHat's prefill-heavy MLPerf Offline run (vLLM) are the Hopper point
+    # whose steps the widened GEMMs' FLOPs hold (the SGLang H100 batch-1 points read
+    # them and are memory-bound). Until then that point's slowness went into
+    # gpu:eta_expert, shared with Blackwell, whose MXFP4 and NVFP4 experts run natively.
+    "gpu:eta_widened": Prior(
+        0.7, 1.0, "logit", why="widened 4-bit weights' GEMMs, rate share (GPU points)"
+    ),
     # Time of each kernel a GPU decode step launches, outside the roofline: its launch-
     # to-finish latency under CUDA graphs, however little the kernel does, so a step's
     # fixed time grows with the kernels its layers launch (simengine.step,

@@ -232,6 +232,7 @@ def _knobs(s: Served) -> Knobs:
         eta_flop = s.p("eta_flop")
         eta_mem = s.p("eta_mem")
         eta_expert = _expert_efficiency(s)
+        widened = _widened_efficiency(s)
         tp = s.place.tensor_parallel or 1
         gemm = gemm_line(
             s.model,
@@ -239,8 +240,8 @@ def _knobs(s: Served) -> Knobs:
             s.deployment.expert_parallel,
             s.attention.extra_weight_bytes,
             tp * s.hw.memory_bandwidth * eta_mem,
-            tp * compute_peak(s.model, s.hw, eta_expert) * eta_flop,
-            tp * expert_peak(s.model, s.hw, eta_expert) * eta_flop,
+            tp * compute_peak(s.model, s.hw, eta_expert, widened) * eta_flop,
+            tp * expert_peak(s.model, s.hw, eta_expert, widened) * eta_flop,
             s.deployment.experts_balanced,
         )
         return Knobs(
@@ -259,6 +260,7 @@ def _knobs(s: Served) -> Knobs:
             host_per_stream=_host_per_stream(s),
             gemm=gemm,
             expert_efficiency=eta_expert,
+            widened_efficiency=widened,
             eager_launch=_eager_launch(s),
             host_serial=not s.deployment.overlap_scheduler,
             graph_sizes=s.deployment.cuda_graph_batch_sizes if s.deployment.cuda_graphs else None,
@@ -287,6 +289,18 @@ def _expert_efficiency(s: Served) -> float:
     # The routed experts' GEMMs' share of their tensor-core rate relative to a dense
     # GEMM's (params gpu:eta_expert); 1 for a dense model (no expert GEMMs).
     return s.p("eta_expert") if s.model.is_moe else 1.0
+
+
+def _widened_efficiency(s: Served) -> float:
+    # The share of their tensor-core rate GEMMs of widened weights keep (params
+    # gpu:eta_widened, HardwareProfile.mma_peak); 1 (not looked up) when no weight of the
+    # model is widened on this device.
+    m = s.model
+    if s.hw.widens(m.attention_bytes_per_param) or (
+        m.is_moe and s.hw.widens(m.expert_bytes_per_param)
+    ):
+        return s.p("eta_widened")
+    return 1.0
 
 
 def _host_per_stream(s: Served) -> float:
@@ -526,7 +540,9 @@ def _gpu_drafting(s: Served, line: StepLine, batch, context: float, spec: Specul
             * latent_decode_padding(m, s.hw, s.attention)
         ),
         mem_rate=tp * s.hw.memory_bandwidth * k.eta_mem,
-        flop_rate=tp * compute_peak(m, s.hw, k.expert_efficiency) * k.eta_flop,
+        flop_rate=(
+            tp * compute_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency) * k.eta_flop
+        ),
         attention_rate=tp * s.hw.peak_flops(ATTENTION_MATH_BYTES) * k.eta_attention,
         fixed=line.collectives + k.step_overhead + eager,
     )

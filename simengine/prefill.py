@@ -21,6 +21,7 @@ from . import kv
 from .moe import (
     attention_peak,
     compute_peak,
+    expert_padding_rows,
     expert_peak,
     imbalance_flops,
     moe_collectives_seconds,
@@ -56,7 +57,12 @@ def prefill_parts(s: Served, new, cached):
     # Causal attention over the cached prefix and the new tokens themselves.
     # The weight GEMMs at the weights' tensor-core rate, attention at the 16-bit rate
     # (_attention_at_peak); as time.
-    gemm = 2 * m.active_params_prefill * new / compute_peak(m, s.hw, k.expert_efficiency)
+    peak = compute_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency)
+    gemm = 2 * m.active_params_prefill * new / peak
+    if m.is_moe and s.hw.kind == "gpu":
+        # The rows the experts' GEMM tiles pad (simengine.moe, "Tile padding").
+        gemm = gemm + (2 * m.per_expert_params * expert_padding_rows(new, *m.expert_layout)
+                       / expert_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency))  # fmt: skip
     attention = _attention_at_peak(s, new, cached)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
@@ -70,7 +76,7 @@ def prefill_parts(s: Served, new, cached):
     if ep > 1:
         balanced = s.deployment.experts_balanced
         gemm = gemm + (imbalance_flops(m, new, tp, ep, balanced)
-                       / expert_peak(m, s.hw, k.expert_efficiency))  # fmt: skip
+                       / expert_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency))  # fmt: skip
     t_flop = (gemm + attention) / (tp * k.eta_flop)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
@@ -145,7 +151,7 @@ def rank_local_seconds(s: Served, tokens):
     GEMMs are."""
     m, k = s.model, s.knobs
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
-    gemm = 2 * non_expert * tokens / attention_peak(m, s.hw)
+    gemm = 2 * non_expert * tokens / attention_peak(m, s.hw, k.widened_efficiency)
     return (gemm + _attention_at_peak(s, tokens, 0.0)) / (
         (s.place.tensor_parallel or 1) * k.eta_flop
     )

@@ -216,3 +216,7 @@ class Knobs:
     # GPUs: the routed experts' GEMMs' share of their tensor-core rate relative to a
     # dense GEMM's (params gpu:eta_expert; 1 for a dense model and on wafers).
     expert_efficiency: float = 1.0
+    # GPUs: the share of their tensor-core rate GEMMs of widened 4-bit weights keep (a
+    # mixed-input GEMM on a device without 4-bit tensor cores; params gpu:eta_widened;
+    # 1 where nothing is widened: HardwareProfile.mma_peak).
+    widened_efficiency: float = 1.0

@@ -103,6 +103,7 @@ def decode_step_seconds(
     expert_parallel: int = 1,
     eta_attention: float | None = None,
     expert_efficiency: float = 1.0,
+    widened_efficiency: float = 1.0,
 ) -> float:
     """GPU roofline time of one decode step for a batch (seconds per generated token).
 
@@ -115,7 +116,9 @@ def decode_step_seconds(
     speculative verify step (each stream's KV read once, its tokens' weights and FLOPs
     k + 1 times). ``eta_attention``: decode attention's share of the 16-bit peak (default
     ``eta_flop``); ``expert_efficiency``: the routed experts' GEMMs' share of their rate
-    relative to a dense GEMM's (params ``gpu:eta_expert``; default 1).
+    relative to a dense GEMM's (params ``gpu:eta_expert``; default 1);
+    ``widened_efficiency``: the share of their rate GEMMs of widened 4-bit weights keep
+    (params ``gpu:eta_widened``; default 1; HardwareProfile.mma_peak).
     """
     line = decode_step_line(
         model,
@@ -132,6 +135,7 @@ def decode_step_seconds(
         expert_parallel=expert_parallel,
         eta_attention=eta_attention,
         expert_efficiency=expert_efficiency,
+        widened_efficiency=widened_efficiency,
     )
     return line.at(context_tokens)
 
@@ -254,6 +258,7 @@ def decode_step_line(
     gemm: GemmLine | None = None,
     expert_efficiency: float = 1.0,
     gemm_batch: float | None = None,
+    widened_efficiency: float = 1.0,
 ) -> StepLine:
     # Operator-level roofline (GenZ, Bambhaniya et al. 2024; LLM-Viewer, Yuan et al.
     # 2024): a decode step runs its kernels one after another, so each kernel is bound
@@ -277,7 +282,7 @@ def decode_step_line(
     tp, ep = tensor_parallel, expert_parallel
     experts_balanced = balanced_by_default(ep, experts_balanced)
     mem_rate = tp * hw.memory_bandwidth * eta_mem
-    flop_rate = tp * compute_peak(model, hw, expert_efficiency) * eta_flop
+    flop_rate = tp * compute_peak(model, hw, expert_efficiency, widened_efficiency) * eta_flop
     if split is None:
         split = attention_split(model, tp, False)
     # A latent cache's decode kernels compute whole tiles of query rows; a head split
@@ -300,7 +305,8 @@ def decode_step_line(
     )
     t_comm += pipeline_hops_seconds(hw, act, pipeline_stages)
     if gemm is None:
-        routed_rate = tp * expert_peak(model, hw, expert_efficiency) * eta_flop
+        routed_rate = (tp * expert_peak(model, hw, expert_efficiency, widened_efficiency)
+                       * eta_flop)  # fmt: skip
         gemm = gemm_line(
             model,
             tp,

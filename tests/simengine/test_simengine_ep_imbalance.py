@@ -24,6 +24,7 @@ from simengine.hardware import HARDWARE
 from simengine.moe import (
     EXPERT_LOAD_CV,
     WIDE_EP,
+    expert_padding_rows,
     gemm_line,
     imbalance_flops,
     moe_collectives_seconds,
@@ -83,9 +84,13 @@ def test_a_step_waits_for_the_busiest_rank_only_where_flops_bind():
     assert tp_line.routed == 0.0 and ep_line.routed > 0.0  # TP slices every expert evenly
     # Batch 1: the step reads weights; the busiest rank's extra FLOPs hide under it.
     assert ep_line.at(1.0) == even.at(1.0)
-    # A compute-bound step grows by the routed FLOPs' excess, exactly.
+    # A compute-bound step grows by the routed FLOPs' excess, exactly. (Its FLOPs also
+    # count the rows the experts' GEMM tiles pad, the same with or without the excess:
+    # simengine.moe.expert_padding_rows, issue 28's twenty-ninth round.)
     tokens = 65536.0
-    assert even.at(tokens) == pytest.approx(even.per_token * tokens)
+    padded = even.pad_row * expert_padding_rows(tokens, 256, 8)
+    assert padded > 0.0
+    assert even.at(tokens) == pytest.approx(even.per_token * tokens + padded)
     excess = rank_load_factor(tokens, 256, 8, 8) - 1.0
     assert ep_line.at(tokens) - even.at(tokens) == pytest.approx(ep_line.routed * tokens * excess)
     assert ep_line.routed == pytest.approx(routed_flops_per_token(model, 8, 8) / flop_rate)

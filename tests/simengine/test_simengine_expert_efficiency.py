@@ -49,8 +49,18 @@ def test_only_the_routed_experts_flops_slow_down():
     assert compute_peak(dense, hw, 0.25) == compute_peak(dense, hw)
 
 
-def _at(spec, eta_expert):
-    return predict_spec(spec, DEFAULT_PARAMS.with_values({"gpu:eta_expert": eta_expert}))
+def assert_prefill_slows_and_decode_does_not(spec, param, slows):
+    """One long prompt and its lone stream's decode with ``param`` at 0.9 and at 0.3: the
+    prefill (compute-bound) slows by over 20 % when ``slows``, else not at all; the
+    decode step (one stream: it reads the weights, barely multiplies) stays put."""
+    fast, slow = (predict_spec(spec, DEFAULT_PARAMS.with_values({param: v})) for v in (0.9, 0.3))
+    if slows:
+        assert slow["ttft_seconds"] > 1.2 * fast["ttft_seconds"]
+    else:
+        assert slow["ttft_seconds"] == fast["ttft_seconds"]
+    assert slow["time_per_output_token_seconds"] == pytest.approx(
+        fast["time_per_output_token_seconds"], rel=1e-3
+    )
 
 
 @pytest.mark.parametrize(("model", "moe"), [(MOE, True), (DENSE, False)])
@@ -58,22 +68,21 @@ def test_prefill_slows_where_expert_flops_bind(model, moe):
     spec = {"model": model, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
             "concurrency": 1, "input_tokens": 16000, "output_tokens": 100,
             "software": "2026-02"}  # fmt: skip
-    fast, slow = _at(spec, 0.9), _at(spec, 0.3)
-    if moe:
-        assert slow["ttft_seconds"] > 1.2 * fast["ttft_seconds"]
-    else:
-        assert slow["ttft_seconds"] == fast["ttft_seconds"]
-    # One stream's decode step reads the weights and barely multiplies: unchanged.
-    assert slow["time_per_output_token_seconds"] == pytest.approx(
-        fast["time_per_output_token_seconds"], rel=1e-3
-    )
+    assert_prefill_slows_and_decode_does_not(spec, "gpu:eta_expert", moe)
+
+
+def assert_large_batch_decode_slows(model, hardware, devices, software, param, low):
+    """2,048 streams of ``model`` decoding on ``devices`` GPUs (prefill elsewhere): with
+    ``param`` at ``low`` instead of 0.9 the same batch takes longer a token (its experts'
+    GEMMs bind)."""
+    spec = {"model": model, "hardware": hardware, "devices": devices,
+            "tensor_parallel": devices, "concurrency": 2048, "max_batch_size": 2048,
+            "input_tokens": 100, "output_tokens": 2000, "disaggregated_prefill": True,
+            "software": software}  # fmt: skip
+    fast, slow = (predict_spec(spec, DEFAULT_PARAMS.with_values({param: v})) for v in (0.9, low))
+    assert slow["batch"] == fast["batch"] == 2048
+    assert slow["time_per_output_token_seconds"] > fast["time_per_output_token_seconds"]
 
 
 def test_a_large_batch_decode_turns_compute_bound_on_the_experts():
-    spec = {"model": MOE, "hardware": "b200", "devices": 8, "tensor_parallel": 8,
-            "concurrency": 2048, "max_batch_size": 2048, "input_tokens": 100,
-            "output_tokens": 2000, "disaggregated_prefill": True,
-            "software": "2026-02"}  # fmt: skip
-    fast, slow = _at(spec, 0.9), _at(spec, 0.05)
-    assert slow["batch"] == fast["batch"] == 2048
-    assert slow["time_per_output_token_seconds"] > fast["time_per_output_token_seconds"]
+    assert_large_batch_decode_slows(MOE, "b200", 8, "2026-02", "gpu:eta_expert", 0.05)

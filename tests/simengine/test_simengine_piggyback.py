@@ -25,7 +25,14 @@ import pytest
 
 from simengine import DEFAULT_PARAMS, Deployment, offline, perf
 from simengine.kv import prompt_chunk
-from simengine.moe import gemm_line, imbalance_flops, step_active_params, step_weight_bytes
+from simengine.moe import (
+    expert_padding_rows,
+    gemm_line,
+    imbalance_flops,
+    padding_flops_per_row,
+    step_active_params,
+    step_weight_bytes,
+)
 from simengine.prefill import carried, interference, prefill_parts
 from simengine.spec import model_from_spec
 
@@ -54,14 +61,21 @@ def test_the_gemm_line_is_the_weights_touched_or_the_flops():
     # 2 x the active parameters a token multiplies, for a dense model and an MoE split
     # over more GPUs than its tensor-parallel group, one step or an array of them; under
     # expert parallelism the FLOPs are the busiest rank's (its excess routed tokens:
-    # simengine.moe.imbalance_flops, issue 28's fourteenth round).
+    # simengine.moe.imbalance_flops, issue 28's fourteenth round), and an MoE's FLOPs
+    # include the rows its experts' GEMM tiles pad (simengine.moe.expert_padding_rows,
+    # issue 28's twenty-ninth round; 0 for the dense model).
     for model, tp, ep in ((LLAMA_8B, 1, 1), (SMALL_MOE, 2, 4)):
         m = model_from_spec(model, tokens=4096)
         line = gemm_line(m, tp, ep, 1e9, 2e12, 1e15)
         tokens = np.array([1.0, 7.0, 64.0, 300.0, 5000.0])
         read = (step_weight_bytes(m, tokens, tp, ep) + 1e9) / 2e12
+        padded = 0.0
+        if m.is_moe:
+            padded = padding_flops_per_row(m, tp, ep) * expert_padding_rows(
+                tokens, *m.expert_layout
+            )
         flops = (
-            2 * step_active_params(m, tp, ep) * tokens + imbalance_flops(m, tokens, tp, ep)
+            2 * step_active_params(m, tp, ep) * tokens + imbalance_flops(m, tokens, tp, ep) + padded
         ) / 1e15
         assert (ep > 1) == bool(np.all(imbalance_flops(m, tokens, tp, ep) > 0))
         assert np.allclose(line.at(tokens), np.maximum(read, flops), rtol=1e-12, atol=0)
