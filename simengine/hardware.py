@@ -94,8 +94,9 @@ class HardwareProfile:
         #8006: "mixed-precision inference provides improvements in memory-bound
         scenarios, not compute-bound"). Params ``gpu:eta_widened``; 1 elsewhere.
         """
-        peak = self.peak_flops(self.mma_operand_bytes(weight_bytes, activation_bytes))
-        return peak * widened if self.widens(weight_bytes) else peak
+        if self.widens(weight_bytes):  # multiplied at 16 bits (mma_operand_bytes)
+            return self.peak_flops_16bit * widened
+        return self.peak_flops(max(weight_bytes, activation_bytes))
 
     def widens(self, weight_bytes: float) -> bool:
         """True when weights of ``weight_bytes`` per value must be widened before they

@@ -144,15 +144,19 @@ def expert_padding_rows(tokens, experts: int, per_token: int, tile: float = EXPE
     m = tokens k / (E touched) (:func:`touched_fraction`): ``TILE_LOAD_FACTOR`` m
     rounded up to a power of two (sqrt 2 too many on average), between
     ``EXPERT_TILE_MIN_ROWS`` and ``tile`` rows. ``tokens``: a number or an array."""
-    share = per_token / experts
-    touched = touched_fraction(share, tokens)
+    touched = touched_fraction(per_token / experts, tokens)
+    return _padding_rows(touched, tokens, experts, per_token, tile)
+
+
+def _padding_rows(touched, tokens, experts: int, per_token: int, tile: float = EXPERT_TILE_ROWS):
+    # expert_padding_rows with the touched share already known (GemmLine.padding: the
+    # step reads it for the experts' weights too).
     if isinstance(tokens, np.ndarray):
-        rows = np.maximum(tokens, 1.0) * share / touched
+        rows = np.maximum(tokens, 1.0) * (per_token / experts) / touched
         sized = np.clip(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS, tile)
         return experts * touched * 0.5 * sized
-    rows = max(tokens, 1.0) * share / touched
-    sized = min(max(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS), tile)
-    return experts * touched * 0.5 * sized
+    rows = max(tokens, 1.0) * per_token / (experts * touched)
+    return experts * touched * 0.5 * min(max(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS), tile)
 
 
 def experts_balanced(expert_parallel: int, stated: bool | None = None) -> bool:
@@ -397,14 +401,64 @@ class GemmLine(NamedTuple):
             return self.always + self.experts * touched_fraction(self.share, tokens)
         return self.always
 
+    def padding(self, tokens, touched=None):
+        """Seconds of the rows the experts' GEMM tiles pad for ``tokens`` tokens
+        (:func:`expert_padding_rows` at ``pad_row`` a row; 0 for a dense model);
+        ``touched``: the share of experts they touch, when already known."""
+        if not self.pad_row:
+            return 0.0
+        experts, k = self.layout
+        if isinstance(tokens, np.ndarray):
+            if touched is None:
+                touched = touched_fraction(self.share, tokens)
+            # The scalar path's rows, as few array operations as it takes: half the
+            # tile per routed row between half its bounds per touched expert.
+            bound = (0.5 * experts) * touched
+            rows = (0.5 * _TILE_PER_ROW * k) * np.maximum(tokens, 1.0)
+            rows = np.minimum(
+                np.maximum(rows, EXPERT_TILE_MIN_ROWS * bound), EXPERT_TILE_ROWS * bound
+            )
+            return self.pad_row * rows
+        # A number (the router's path): the same rows without numpy, and while the tile
+        # grows with the rows (between its bounds) half a tile per touched expert is
+        # TILE_LOAD_FACTOR sqrt(2) / 2 rows per routed row, whoever is touched.
+        t = tokens if tokens > 1.0 else 1.0
+        if touched is None:
+            touched = touched_fraction(self.share, t)
+        sized = _TILE_PER_ROW * t * k / (experts * touched)
+        if sized < EXPERT_TILE_MIN_ROWS:
+            return self.pad_row * experts * touched * 0.5 * EXPERT_TILE_MIN_ROWS
+        if sized > EXPERT_TILE_ROWS:
+            return self.pad_row * experts * touched * 0.5 * EXPERT_TILE_ROWS
+        return self.pad_row * 0.5 * _TILE_PER_ROW * k * t
+
     def at(self, tokens):
         """Seconds for ``tokens`` tokens (a number or an array)."""
         flops = self.per_token * tokens
-        if self.pad_row:
-            flops = flops + self.pad_row * expert_padding_rows(tokens, *self.layout)
         if self.routed:
             flops = flops + self.routed * tokens * (rank_load_factor(tokens, *self.skew) - 1.0)
-        read = self.read(tokens)
+        if not self.experts:
+            read = self.always
+        elif isinstance(tokens, np.ndarray):
+            # The experts the tokens touch, once for their read and their tiles' rows.
+            touched = touched_fraction(self.share, tokens)
+            read = self.always + self.experts * touched
+            flops = flops + self.padding(tokens, touched)
+        else:
+            # The same for a number (the router's path), GemmLine.padding inlined: a
+            # decode step's line is evaluated once per batch size a deployment serves.
+            t = tokens if tokens > 1.0 else 1.0
+            touched = 1.0 - (1.0 - self.share) ** t  # touched_fraction
+            read = self.always + self.experts * touched
+            experts, k = self.layout
+            sized = _TILE_PER_ROW * t * k / (experts * touched)
+            if sized < EXPERT_TILE_MIN_ROWS:
+                flops += self.pad_row * experts * touched * (0.5 * EXPERT_TILE_MIN_ROWS)
+            elif sized > EXPERT_TILE_ROWS:
+                flops += self.pad_row * experts * touched * (0.5 * EXPERT_TILE_ROWS)
+            else:
+                flops += self.pad_row * (0.5 * _TILE_PER_ROW) * k * t
+            return read if read >= flops else flops
         if isinstance(flops, float):  # a number (the router's path): no numpy
             return read if read >= flops else flops
         return np.maximum(read, flops)

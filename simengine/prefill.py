@@ -21,7 +21,6 @@ from . import kv
 from .moe import (
     attention_peak,
     compute_peak,
-    expert_padding_rows,
     expert_peak,
     imbalance_flops,
     moe_collectives_seconds,
@@ -59,10 +58,6 @@ def prefill_parts(s: Served, new, cached):
     # (_attention_at_peak); as time.
     peak = compute_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency)
     gemm = 2 * m.active_params_prefill * new / peak
-    if m.is_moe and s.hw.kind == "gpu":
-        # The rows the experts' GEMM tiles pad (simengine.moe, "Tile padding").
-        gemm = gemm + (2 * m.per_expert_params * expert_padding_rows(new, *m.expert_layout)
-                       / expert_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency))  # fmt: skip
     attention = _attention_at_peak(s, new, cached)
     if s.hw.kind == "wafer":
         # Chunks stream through the pipeline: the busiest wafer sets the pace, then
@@ -78,6 +73,10 @@ def prefill_parts(s: Served, new, cached):
         gemm = gemm + (imbalance_flops(m, new, tp, ep, balanced)
                        / expert_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency))  # fmt: skip
     t_flop = (gemm + attention) / (tp * k.eta_flop)
+    if k.gemm.pad_row:
+        # The rows the experts' GEMM tiles pad, at the decode step's GEMM line's cost a
+        # row (simengine.moe, "Tile padding").
+        t_flop = t_flop + k.gemm.padding(new)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
     split = s.attention

@@ -71,9 +71,11 @@ def _line(spec, mem_rate, flop_rate):
 def test_the_padded_rows_cost_flops_where_flops_bind():
     m = model_from_spec(DEEPSEEK_LIKE)
     line = _line(DEEPSEEK_LIKE, 1e30, 1e15)  # reads are free: the FLOPs bind
-    for tokens in (64.0, 512.0, 4096.0):
+    for tokens in (0.5, 2.0, 9.0, 64.0, 512.0, 4096.0, 70000.0):  # every tile regime
         pad = padding_flops_per_row(m) / 1e15 * expert_padding_rows(tokens, 256, 8)
         assert line.at(tokens) == pytest.approx(line.per_token * tokens + pad, rel=1e-12)
+        # The router's scalar path (GemmLine.padding inlined) and the array path agree.
+        assert line.at(np.array([tokens]))[0] == pytest.approx(line.at(tokens), rel=1e-12)
         assert pad > 0
     # A memory-bound step (the weights' read binds) does not see them.
     slow_read = _line(DEEPSEEK_LIKE, 1e9, 1e15)
@@ -81,3 +83,15 @@ def test_the_padded_rows_cost_flops_where_flops_bind():
     # A dense model has no experts, no padding.
     dense = _line(DENSE, 1e30, 1e15)
     assert dense.pad_row == 0.0 and dense.at(512.0) == pytest.approx(dense.per_token * 512.0)
+
+
+@pytest.mark.parametrize("tokens", [0.5, 1.0, 3.0, 40.0, 300.0, 2000.0, 70000.0])
+def test_the_gemm_lines_padding_is_the_padded_rows_at_its_row_cost(tokens):
+    # GemmLine.padding (the router's scalar path, which skips the touched share while the
+    # tile grows with the rows) against expert_padding_rows, for numbers and arrays.
+    line = _line(DEEPSEEK_LIKE, 1e12, 1e15)
+    rows = expert_padding_rows(tokens, 256, 8)
+    assert line.padding(tokens) == pytest.approx(line.pad_row * rows, rel=1e-12)
+    arr = line.padding(np.array([tokens]))
+    assert arr[0] == pytest.approx(line.pad_row * rows, rel=1e-12)
+    assert _line(DENSE, 1e12, 1e15).padding(tokens) == 0.0
