@@ -54,15 +54,16 @@ a balancer), so a deployment that does not say is balanced beyond one 8-GPU grou
 (``WIDE_EP``) and not within it (``Deployment.expert_load_balancer``).
 
 Tile padding (GPUs): a grouped GEMM computes each expert's routed rows in whole tiles
-of rows, so a touched expert with m rows in a step computes more than m: one tile when
-m is short of it, half a tile too many on average beyond (:func:`expert_padding_rows`,
-``EXPERT_TILE_ROWS`` = 64: the row tile the MoE kernels cap at, FlashInfer's and
-TensorRT-LLM's trtllm-gen grouped GEMMs "Cap to 8-64 tokens per CTA tile as it's the
-range supported by the kernel", calculate_tile_tokens_dim; Hopper's wgmma computes 64
-rows per warpgroup instruction). The padded rows cost the experts' FLOPs, not their
-weight reads, so a memory-bound step does not see them: they weigh where many experts
-each get a few dozen rows (decode at large batch over many small experts), not in a
-prefill chunk's hundreds of rows an expert.
+of rows, the tile sized by the kernel to the experts' mean rows m: 1.3 m rounded up to a
+power of two, from 8 to 64 rows (FlashInfer's and TensorRT-LLM's trtllm-gen MoE,
+calculate_tile_tokens_dim: a 1.3 "imbalance factor", next_positive_power_of_2, "Cap to
+8-64 tokens per CTA tile as it's the range supported by the kernel"). An expert's rows
+end part-way into their last tile, so each touched expert computes half a tile more
+than it has on average (:func:`expert_padding_rows`): about 0.92 rows per routed row
+while the tile grows with m, 32 rows an expert once it is capped. The padded rows cost
+the experts' FLOPs, not their weight reads, so a memory-bound step does not see them:
+they weigh where many experts each get a few dozen rows (decode at large batch over
+many small experts) and fade in a prefill chunk's hundreds of rows an expert.
 
 Wafers: an MoE whose weights span more than one wafer has each layer's experts on
 other wafers than the tokens that need them (expert-parallel over the replica's
@@ -141,22 +142,21 @@ def expert_padding_rows(tokens, experts: int, per_token: int, tile: float = EXPE
     """Rows a step's grouped expert GEMMs compute beyond its ``tokens`` x k routed rows:
     half a tile for each touched expert (an expert's rows end part-way into their last
     tile, half of it on average), the tile sized by the kernel to the experts' mean rows
-    m = tokens k / (E touched) (:func:`touched_fraction`): ``TILE_LOAD_FACTOR`` m
-    rounded up to a power of two (sqrt 2 too many on average), between
-    ``EXPERT_TILE_MIN_ROWS`` and ``tile`` rows. ``tokens``: a number or an array."""
-    touched = touched_fraction(per_token / experts, tokens)
-    return _padding_rows(touched, tokens, experts, per_token, tile)
-
-
-def _padding_rows(touched, tokens, experts: int, per_token: int, tile: float = EXPERT_TILE_ROWS):
-    # expert_padding_rows with the touched share already known (GemmLine.padding: the
-    # step reads it for the experts' weights too).
+    m = tokens k / (E touched): ``TILE_LOAD_FACTOR`` m rounded up to a power of two
+    (sqrt 2 too many on average), between ``EXPERT_TILE_MIN_ROWS`` and ``tile`` rows. So
+    E touched / 2 x that tile: while the tile grows with m, TILE_LOAD_FACTOR sqrt(2) / 2
+    rows per routed row, held between E touched / 2 x its bounds; touched = 1 - (1 -
+    k/E)^tokens, none for no tokens. ``tokens``: a number or an array."""
     if isinstance(tokens, np.ndarray):
-        rows = np.maximum(tokens, 1.0) * (per_token / experts) / touched
-        sized = np.clip(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS, tile)
-        return experts * touched * 0.5 * sized
-    rows = max(tokens, 1.0) * per_token / (experts * touched)
-    return experts * touched * 0.5 * min(max(_TILE_PER_ROW * rows, EXPERT_TILE_MIN_ROWS), tile)
+        touched = -np.expm1(tokens * math.log1p(-per_token / experts))
+        rows = (0.5 * _TILE_PER_ROW * per_token) * tokens
+        half = (0.5 * experts) * touched
+        return np.minimum(np.maximum(rows, EXPERT_TILE_MIN_ROWS * half), tile * half)
+    if tokens <= 0.0:
+        return 0.0
+    half = 0.5 * experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+    rows = 0.5 * _TILE_PER_ROW * per_token * tokens
+    return min(max(rows, EXPERT_TILE_MIN_ROWS * half), tile * half)
 
 
 def experts_balanced(expert_parallel: int, stated: bool | None = None) -> bool:
@@ -401,36 +401,18 @@ class GemmLine(NamedTuple):
             return self.always + self.experts * touched_fraction(self.share, tokens)
         return self.always
 
-    def padding(self, tokens, touched=None):
+    def padding(self, tokens):
         """Seconds of the rows the experts' GEMM tiles pad for ``tokens`` tokens
-        (:func:`expert_padding_rows` at ``pad_row`` a row; 0 for a dense model);
-        ``touched``: the share of experts they touch, when already known."""
+        (:func:`expert_padding_rows` at ``pad_row`` a row; 0 for a dense model)."""
         if not self.pad_row:
             return 0.0
         experts, k = self.layout
-        if isinstance(tokens, np.ndarray):
-            if touched is None:
-                touched = touched_fraction(self.share, tokens)
-            # The scalar path's rows, as few array operations as it takes: half the
-            # tile per routed row between half its bounds per touched expert.
-            bound = (0.5 * experts) * touched
-            rows = (0.5 * _TILE_PER_ROW * k) * np.maximum(tokens, 1.0)
-            rows = np.minimum(
-                np.maximum(rows, EXPERT_TILE_MIN_ROWS * bound), EXPERT_TILE_ROWS * bound
-            )
-            return self.pad_row * rows
-        # A number (the router's path): the same rows without numpy, and while the tile
-        # grows with the rows (between its bounds) half a tile per touched expert is
-        # TILE_LOAD_FACTOR sqrt(2) / 2 rows per routed row, whoever is touched.
-        t = tokens if tokens > 1.0 else 1.0
-        if touched is None:
-            touched = touched_fraction(self.share, t)
-        sized = _TILE_PER_ROW * t * k / (experts * touched)
-        if sized < EXPERT_TILE_MIN_ROWS:
-            return self.pad_row * experts * touched * 0.5 * EXPERT_TILE_MIN_ROWS
-        if sized > EXPERT_TILE_ROWS:
-            return self.pad_row * experts * touched * 0.5 * EXPERT_TILE_ROWS
-        return self.pad_row * 0.5 * _TILE_PER_ROW * k * t
+        if isinstance(tokens, np.ndarray) and tokens.size <= 6:
+            # A prompt's few turns (the router's prefill): element by element costs less
+            # than the array operations' own overhead.
+            rows = [expert_padding_rows(t, experts, k) for t in tokens.tolist()]
+            return self.pad_row * np.array(rows)
+        return self.pad_row * expert_padding_rows(tokens, experts, k)
 
     def at(self, tokens):
         """Seconds for ``tokens`` tokens (a number or an array)."""
@@ -440,24 +422,22 @@ class GemmLine(NamedTuple):
         if not self.experts:
             read = self.always
         elif isinstance(tokens, np.ndarray):
-            # The experts the tokens touch, once for their read and their tiles' rows.
-            touched = touched_fraction(self.share, tokens)
-            read = self.always + self.experts * touched
-            flops = flops + self.padding(tokens, touched)
+            # A step computes (and reads) at least one token's experts: touched_fraction.
+            read = self.always + self.experts * touched_fraction(self.share, tokens)
+            flops = flops + self.padding(np.maximum(tokens, 1.0))
         else:
-            # The same for a number (the router's path), GemmLine.padding inlined: a
-            # decode step's line is evaluated once per batch size a deployment serves.
+            # A number (the router's path; a step has at least one token): the touched
+            # experts once for their read and their tiles' rows, expert_padding_rows
+            # inlined (a decode step's line is evaluated once per batch it serves).
             t = tokens if tokens > 1.0 else 1.0
             touched = 1.0 - (1.0 - self.share) ** t  # touched_fraction
             read = self.always + self.experts * touched
             experts, k = self.layout
-            sized = _TILE_PER_ROW * t * k / (experts * touched)
-            if sized < EXPERT_TILE_MIN_ROWS:
-                flops += self.pad_row * experts * touched * (0.5 * EXPERT_TILE_MIN_ROWS)
-            elif sized > EXPERT_TILE_ROWS:
-                flops += self.pad_row * experts * touched * (0.5 * EXPERT_TILE_ROWS)
-            else:
-                flops += self.pad_row * (0.5 * _TILE_PER_ROW) * k * t
+            half = 0.5 * experts * touched
+            rows = 0.5 * _TILE_PER_ROW * k * t
+            rows = rows if rows > EXPERT_TILE_MIN_ROWS * half else EXPERT_TILE_MIN_ROWS * half
+            rows = rows if rows < EXPERT_TILE_ROWS * half else EXPERT_TILE_ROWS * half
+            flops += self.pad_row * rows
             return read if read >= flops else flops
         if isinstance(flops, float):  # a number (the router's path): no numpy
             return read if read >= flops else flops

@@ -51,6 +51,13 @@ def test_half_a_sized_tile_per_touched_expert(tokens):
     assert arr[0] == pytest.approx(expert_padding_rows(tokens, 256, 8), rel=1e-12)
 
 
+def test_no_tokens_no_padding():
+    # A prompt whose every token is cached multiplies nothing.
+    assert expert_padding_rows(0.0, 256, 8) == 0.0
+    assert expert_padding_rows(np.array([0.0, 100.0]), 256, 8)[0] == 0.0
+    assert _line(DEEPSEEK_LIKE, 1e12, 1e15).padding(0.0) == 0.0
+
+
 def test_the_tile_caps_so_long_experts_waste_half_of_64_rows():
     # 65,536 tokens x 8 / 256 = 2,048 rows an expert: every expert touched, 32 rows each.
     assert expert_padding_rows(65536, 256, 8) == pytest.approx(256 * EXPERT_TILE_ROWS / 2)
@@ -72,7 +79,9 @@ def test_the_padded_rows_cost_flops_where_flops_bind():
     m = model_from_spec(DEEPSEEK_LIKE)
     line = _line(DEEPSEEK_LIKE, 1e30, 1e15)  # reads are free: the FLOPs bind
     for tokens in (0.5, 2.0, 9.0, 64.0, 512.0, 4096.0, 70000.0):  # every tile regime
-        pad = padding_flops_per_row(m) / 1e15 * expert_padding_rows(tokens, 256, 8)
+        # A step computes at least one token's rows (as it reads at least one token's
+        # experts: touched_fraction).
+        pad = padding_flops_per_row(m) / 1e15 * expert_padding_rows(max(tokens, 1.0), 256, 8)
         assert line.at(tokens) == pytest.approx(line.per_token * tokens + pad, rel=1e-12)
         # The router's scalar path (GemmLine.padding inlined) and the array path agree.
         assert line.at(np.array([tokens]))[0] == pytest.approx(line.at(tokens), rel=1e-12)
@@ -95,3 +104,13 @@ def test_the_gemm_lines_padding_is_the_padded_rows_at_its_row_cost(tokens):
     arr = line.padding(np.array([tokens]))
     assert arr[0] == pytest.approx(line.pad_row * rows, rel=1e-12)
     assert _line(DENSE, 1e12, 1e15).padding(tokens) == 0.0
+
+
+@pytest.mark.parametrize("size", [3, 40])
+def test_short_and_long_arrays_pad_as_their_elements_do(size):
+    # GemmLine.padding takes a short array element by element and a long one as arrays:
+    # the same seconds.
+    line = _line(DEEPSEEK_LIKE, 1e12, 1e15)
+    for tokens in (np.linspace(0.0, 3000.0, size), np.linspace(2000.0, 9000.0, size)):
+        expected = [line.pad_row * expert_padding_rows(float(t), 256, 8) for t in tokens]
+        assert np.allclose(line.padding(tokens), expected, rtol=1e-12, atol=0)
