@@ -410,8 +410,8 @@ class GemmLine(NamedTuple):
         if isinstance(tokens, np.ndarray) and tokens.size <= 6:
             # A prompt's few turns (the router's prefill): element by element costs less
             # than the array operations' own overhead.
-            rows = [expert_padding_rows(t, experts, k) for t in tokens.tolist()]
-            return self.pad_row * np.array(rows)
+            rows = [expert_padding_rows(t, experts, k) for t in tokens.ravel().tolist()]
+            return self.pad_row * np.array(rows).reshape(tokens.shape)
         return self.pad_row * expert_padding_rows(tokens, experts, k)
 
     def at(self, tokens):

@@ -106,6 +106,11 @@ def test_the_gemm_lines_padding_is_the_padded_rows_at_its_row_cost(tokens):
     assert _line(DENSE, 1e12, 1e15).padding(tokens) == 0.0
 
 
+def test_a_zero_dimensional_array_pads_as_its_number():
+    line = _line(DEEPSEEK_LIKE, 1e12, 1e15)
+    assert float(line.padding(np.array(300.0))) == pytest.approx(line.padding(300.0))
+
+
 @pytest.mark.parametrize("size", [3, 40])
 def test_short_and_long_arrays_pad_as_their_elements_do(size):
     # GemmLine.padding takes a short array element by element and a long one as arrays:
