@@ -226,10 +226,11 @@ def routed_flops_per_token(model, tensor_parallel: int = 1, expert_parallel: int
 
 def padding_flops_per_row(model, tensor_parallel: int = 1, expert_parallel: int = 1) -> float:
     """FLOPs of one padded row through one routed expert at the tensor-parallel group's
-    rate (2 e, the group's share: :func:`expert_share`; tile padding, module docstring)."""
+    rate (2 e, the group's share: a token's routed FLOPs over its k experts,
+    :func:`routed_flops_per_token`; tile padding, module docstring)."""
     if not model.is_moe:
         return 0.0
-    return 2.0 * model.per_expert_params * expert_share(model, tensor_parallel, expert_parallel)
+    return routed_flops_per_token(model, tensor_parallel, expert_parallel) / model.expert_layout[1]
 
 
 def imbalance_flops(
