@@ -272,13 +272,22 @@ def chunk_count(tokens, chunk_tokens: float | None):
     return max(1, math.ceil(tokens / chunk_tokens))
 
 
+def prompt_piece(prompt_tokens: float, chunk_tokens: float | None) -> float:
+    """The most of one prompt a scheduler takes into one step: its chunk budget
+    (``chunk_tokens``; None: no chunking) or the whole prompt when that is shorter, at
+    least one token. Under attention data parallelism every rank schedules its own
+    steps within its own budget, so this is also the most of a prompt one rank works on
+    in a step (:func:`simengine.prefill.carried`)."""
+    return max(1.0, min(chunk_tokens or prompt_tokens, prompt_tokens))
+
+
 def prompt_chunk(prompt_per_step, prompt_tokens: float, chunk_tokens: float | None):
     """Chunked prefill's chunk: the prompt tokens a decode step that carries prompts takes
     beside its decode tokens, when ``prompt_per_step`` prompt tokens per step (a number
     or an array) ride the steps on average. A prompt fills the step's chunk budget
-    (``chunk_tokens``; None: none) or is taken whole, so C = max(P, min(budget, prompt)),
-    at least one token, and P / C of the steps carry a chunk."""
-    floor = max(1.0, min(chunk_tokens or prompt_tokens, prompt_tokens))
+    (``chunk_tokens``; None: none) or is taken whole (:func:`prompt_piece`), so
+    C = max(P, min(budget, prompt)), and P / C of the steps carry a chunk."""
+    floor = prompt_piece(prompt_tokens, chunk_tokens)
     if isinstance(prompt_per_step, np.ndarray):
         return np.maximum(prompt_per_step, floor)
     return max(prompt_per_step, floor)

@@ -73,6 +73,14 @@ def prefill_parts(s: Served, new, cached):
         gemm = gemm + (imbalance_flops(m, new, tp, ep, balanced)
                        / expert_peak(m, s.hw, k.expert_efficiency, k.widened_efficiency))  # fmt: skip
     t_flop = (gemm + attention) / (tp * k.eta_flop)
+    if s.deployment.attention_data_parallel and tp > 1:
+        # Under attention data parallelism the prompt's attention and non-expert GEMMs
+        # run on the one GPU that holds it (its routed experts still spread over the
+        # group): the prompt itself waits for them at one GPU's rate, where the line
+        # above spreads them over the group (rank_local_seconds is that work at the
+        # group's rate). What a decode step cannot absorb of it (``side``) stays at the
+        # group's rate: the other ranks' wait is carried's (parallel.attention_dp_idle).
+        t_flop = t_flop + (tp - 1) * rank_local_seconds(s, new, cached)
     if k.gemm.pad_row:
         # The rows the experts' GEMM tiles pad, at the decode step's GEMM line's cost a
         # row (simengine.moe, "Tile padding").
@@ -132,9 +140,13 @@ def carried(s: Served, batch, rate, tokens, side):
     if d.attention_data_parallel:
         # Attention DP: a prompt's rank-local work holds the other ranks at the next
         # all-to-all unless the server balances (parallel.attention_dp_idle). The unit a
-        # rank takes is one prompt, or its piece when chunking splits it; a step's chunk
-        # can hold several prompts.
-        unit = np.minimum(chunk, tokens) if isinstance(chunk, np.ndarray) else min(chunk, tokens)
+        # rank takes is one prompt, or its piece when chunking splits it: each rank
+        # schedules its own steps within its own token budget (TensorRT-LLM's
+        # max_num_tokens, vLLM's max_num_batched_tokens, SGLang's chunked-prefill size
+        # are per DP rank; TensorRT-LLM tech blog 10: a context on its rank while the
+        # others decode), so a step's prompt tokens beyond one budget are several pieces
+        # on several ranks, not one rank's longer piece.
+        unit = kv.prompt_piece(tokens, k.chunk_tokens)
         idle = attention_dp_idle(
             prompt / unit, s.place.tensor_parallel or 1, d.attention_dp_balance
         )
@@ -142,16 +154,16 @@ def carried(s: Served, batch, rate, tokens, side):
     return carried
 
 
-def rank_local_seconds(s: Served, tokens):
+def rank_local_seconds(s: Served, tokens, cached=0.0):
     """Seconds, at the replica's rate, of the work a prompt chunk of ``tokens`` tokens
     does on its own attention-DP rank: its non-expert GEMMs (attention projections,
     dense and shared-expert layers, at their tensor-core rate, moe.attention_peak) and
-    its causal attention over itself (the 16-bit rate); compute-bound, as a prompt's
-    GEMMs are."""
+    its causal attention over itself and ``cached`` tokens before it (the 16-bit rate);
+    compute-bound, as a prompt's GEMMs are. Numbers or arrays."""
     m, k = s.model, s.knobs
     non_expert = m.active_split[0] / m.active_params_decode * m.active_params_prefill
     gemm = 2 * non_expert * tokens / attention_peak(m, s.hw, k.widened_efficiency)
-    return (gemm + _attention_at_peak(s, tokens, 0.0)) / (
+    return (gemm + _attention_at_peak(s, tokens, cached)) / (
         (s.place.tensor_parallel or 1) * k.eta_flop
     )
 

@@ -77,7 +77,7 @@ def test_only_unbalanced_attention_dp_waits_for_a_prefilling_rank():
     # Balanced: the even spread the engine already charged (the same formula as attention
     # TP's carried prompts, at the DP deployment's own step).
     prompts = rate * prompt
-    unit = min(kv.prompt_chunk(prompts, prompt, even.knobs.chunk_tokens), prompt)
+    unit = kv.prompt_piece(prompt, even.knobs.chunk_tokens)  # a rank's piece of a prompt
     idle = attention_dp_idle(prompts / unit, 8)
     assert idle > 0
     wait = idle * rank_local_seconds(held, unit)
