@@ -423,8 +423,8 @@ class GemmLine(NamedTuple):
         if not self.experts:
             read = self.always
         elif isinstance(tokens, np.ndarray):
-            # A step computes (and reads) at least one token's experts: touched_fraction.
-            read = self.always + self.experts * touched_fraction(self.share, tokens)
+            read = self.read(tokens)
+            # A step computes at least one token's experts' tiles.
             flops = flops + self.padding(np.maximum(tokens, 1.0))
         else:
             # A number (the router's path; a step has at least one token): the touched
