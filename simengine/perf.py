@@ -704,6 +704,11 @@ class _Turns:
     first_ctx: float  # ctx[0] and chunks[0] as Python floats (the hot path reads them)
     first_chunks: float
     mean_new: float  # mean prompt tokens a turn prefills (chunked-prefill interference)
+    # The steps a turn spans on a GPU, on average (its chunk steps + its other output
+    # tokens': the cycle the other streams' riding prompts spread over, interference),
+    # and the turns' chunk steps before each first token, summed (they carry them too).
+    cycle_steps: float
+    early_chunk_steps: float
 
 
 def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
@@ -737,6 +742,8 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         float(ctx[0]),
         float(chunks[0]),
         float(new.sum()) / task.turns,
+        float(chunks.sum() + out.sum() - task.turns) / task.turns,
+        float(chunks.sum()) - task.turns,
     )
 
 
@@ -747,7 +754,7 @@ class _ServiceProfile:
     batch: float | None
     line: StepLine  # server per-token time at this batch
     turns: _Turns
-    extra: float  # chunked-prefill interference per generated token
+    extra: float  # chunked-prefill interference per step (interference)
     agent_term: float  # the agent's per-turn term
     producing: float  # time spent emitting tokens (first token + the rest)
     round_trip: float
@@ -887,19 +894,24 @@ def _service_profile(
     round_trip, overhead, per_token = s.transport_costs
     n = task.turns
     agent_term = s.params.get("agent:turn_overhead") if n > 1 else 0.0
-    extra = interference(s, b, side_sum / n, turns.mean_new, task.output_tokens / n)
+    # The other streams' prompts ride every step of a turn: its chunk steps and its
+    # decode steps (simengine.prefill.interference).
+    extra = interference(s, b, side_sum / n, turns.mean_new, turns.cycle_steps)
     line = with_prefills(line, extra)
     producing = (
         line.weighted_sum(turns.tokens)
         + per_token * turns.tokens.w[-1]
         + extra * task.output_tokens
     )
-    chunked = line.weighted_sum(turns.chunk_steps) if turns.chunk_steps.w[-1] else 0.0
+    chunked = 0.0
+    if turns.chunk_steps.w[-1]:
+        chunked = line.weighted_sum(turns.chunk_steps) + extra * turns.early_chunk_steps
     generation = n * overhead + pre_sum + producing + chunked + agent_term * n
     # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode steps
-    # on a GPU) + the first token. Nothing of the agent's per-turn term.
+    # on a GPU, each carrying the other streams' riding prompts) + the first token.
+    # Nothing of the agent's per-turn term.
     step0 = line.at(turns.first_ctx)
-    first_ttft = overhead + pre_first + step0 + per_token + extra + (turns.first_chunks - 1) * step0
+    first_ttft = overhead + pre_first + per_token + turns.first_chunks * (step0 + extra)
     if s.hw.kind == "gpu":
         per_replica = max(1, int(cap or 1))
     else:
@@ -934,7 +946,7 @@ def _turn_rows(prof: _ServiceProfile) -> list[tuple[int, int, int, float, float,
         s.transport_costs[1]
         + prefill_seconds(s, t.new, t.cached)
         + first
-        + (t.chunks - 1) * _server_token_seconds(s, t.ctx)
+        + (t.chunks - 1) * (_server_token_seconds(s, t.ctx) + extra)
     )
     return [
         (int(new), int(cached), int(out), tt, dd, prof.agent_term)

@@ -81,15 +81,27 @@ def prefill_parts(s: Served, new, cached):
         # group's rate). What a decode step cannot absorb of it (``side``) stays at the
         # group's rate: the other ranks' wait is carried's (parallel.attention_dp_idle).
         t_flop = t_flop + (tp - 1) * rank_local_seconds(s, new, cached)
+    # A chunked-prefill server runs even a lone prompt in budget-sized pieces, one a
+    # step (kv.chunk_count): each piece pads its own experts' tiles and reads the
+    # weights it touches. (A prompt within one budget, most of them, is one piece.)
+    split = s.attention
+    longest = new.max() if isinstance(new, np.ndarray) else new
+    chunked = k.chunk_tokens is not None and longest > k.chunk_tokens
+    pieces, piece = 1, new
+    if chunked:
+        pieces = kv.chunk_count(new, k.chunk_tokens)
+        piece = new / pieces
     if k.gemm.pad_row:
         # The rows the experts' GEMM tiles pad, at the decode step's GEMM line's cost a
         # row (simengine.moe, "Tile padding").
-        t_flop = t_flop + k.gemm.padding(new)
+        pad = k.gemm.padding(piece)
+        t_flop = t_flop + (pieces * pad if chunked else pad)
     # Under attention data parallelism one GPU prefills a prompt with its own copy of the
     # attention weights (the split's extra bytes) and no all-reduce.
-    split = s.attention
     kv_read = split.kv_copies * m.kv_bytes(m.kv_tokens(cached + new))
-    weights = step_weight_bytes(m, new, tp, ep) + split.extra_weight_bytes
+    weights = step_weight_bytes(m, piece, tp, ep) + split.extra_weight_bytes
+    if chunked:
+        weights = pieces * weights
     t_mem = (weights + kv_read) / (tp * s.hw.memory_bandwidth * k.eta_mem)
     act = new * m.hidden_size * k.activation_bytes
     t_comm = moe_collectives_seconds(
@@ -103,8 +115,9 @@ def prefill_parts(s: Served, new, cached):
 
 
 def carried(s: Served, batch, rate, tokens, side):
-    """Seconds the other streams' prompts add to a stream's token (GPUs): ``rate``
-    prompts of ``tokens`` tokens start per generated token of a stream, each costing
+    """Seconds the other streams' prompts add to a stream's step (GPUs): ``rate``
+    prompts of ``tokens`` tokens start per step of a stream's cycle (a generated token,
+    or a step carrying a chunk of its own prompt: :func:`interference`), each costing
     ``side`` beyond its weight GEMMs (:func:`prefill_parts`). Numbers or arrays.
 
     Chunked prefill piggybacks the prompts on the decode steps (Sarathi-Serve, Agrawal
@@ -178,15 +191,19 @@ def with_prefills(line: StepLine, extra: float) -> StepLine:
 
 
 def interference(
-    s: Served, batch: float | None, side: float, prompt_tokens: float, mean_output: float
+    s: Served, batch: float | None, side: float, prompt_tokens: float, cycle_steps: float
 ) -> float:
-    # Chunked-prefill interference per generated token (none on wafers, or without a
-    # batch): the other B - 1 streams each start a prompt of ``prompt_tokens`` tokens
-    # (``side``: its attention and collectives, prefill_parts) every ``mean_output``
-    # tokens, and their chunks ride the decode steps (carried). A pipeline's stages
-    # prefill their own layers while the others work on other chunks or micro-batches,
-    # so a prompt holds each stage for its share (its TTFT still crosses every stage:
+    # Chunked-prefill interference per step (none on wafers, or without a batch): each of
+    # the other B - 1 streams starts a prompt of ``prompt_tokens`` tokens (``side``: its
+    # attention and collectives, prefill_parts) once per cycle of ``cycle_steps`` steps
+    # (cycle_steps: the steps a stream's request spans, its own prompt's chunk steps and
+    # its decode steps: chunks + output - 1), and their chunks ride those steps (carried):
+    # every step of the cycle, the ones carrying the stream's own chunks as much as its
+    # decode steps, so each prompt is counted once a cycle (a request of one output token
+    # still waits for the B - 1 prompts the cycle carries). A pipeline's stages prefill
+    # their own layers while the others work on other chunks or micro-batches, so a
+    # prompt holds each stage for its share (its TTFT still crosses every stage:
     # prefill_seconds is the whole chain).
-    if s.hw.kind != "gpu" or batch is None or mean_output <= 0:
+    if s.hw.kind != "gpu" or batch is None or cycle_steps <= 0:
         return 0.0
-    return carried(s, batch, (batch - 1.0) / mean_output, prompt_tokens, side)
+    return carried(s, batch, (batch - 1.0) / cycle_steps, prompt_tokens, side)

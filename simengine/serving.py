@@ -185,21 +185,28 @@ def serving_point(
     elsewhere = prefill if disaggregated_prefill else 0.0
 
     def riding(batch: float) -> float:
-        # The other streams' prompt chunks riding each generated token (chunked prefill;
-        # none when prompts are prefilled elsewhere, or on wafers).
+        # The other streams' prompt chunks riding each step of a stream's cycle (chunked
+        # prefill: its own prompt's chunk steps and its decode steps; none when prompts
+        # are prefilled elsewhere, or on wafers).
         decoding_with_prefills = gpu and not disaggregated_prefill
         return interference(
-            s, batch if decoding_with_prefills else None, side, new_tokens, output_tokens
+            s,
+            batch if decoding_with_prefills else None,
+            side,
+            new_tokens,
+            chunks + output_tokens - 1,
         )
 
     def at(batch: float) -> tuple[float, float, float]:
         # (TTFT without queueing, time per output token, the time a request holds a
         # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
+        # The steps carrying the prompt's own chunks (the last one yields its first
+        # token) carry the other streams' riding prompts as its decode steps do.
         line = _token_line(s, batch, context) if gpu else s.token_line
         extra = riding(batch)
         step = with_prefills(line, extra).at(context)
         tpot = step + per_token + extra
-        ttft = prefill + chunks * step + ttft_extra
+        ttft = prefill + chunks * (step + extra) + ttft_extra
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
     capacity = None

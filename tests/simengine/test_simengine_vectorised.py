@@ -58,17 +58,21 @@ def reference(model, deployment, task, load, params):
         context += new_input
         turns.append((new, cached, context, *prefill_parts(s, new, cached)))
         context += outputs[k]
+    # The other streams' prompts ride every step of a turn: its chunk steps and its
+    # decode steps, (chunks + output - 1) a turn on average.
+    steps = sum(perf._chunks(s, t[0]) + outputs[k] - 1 for k, t in enumerate(turns))
     extra = interference(
         s,
         s.batch,
         sum(t[4] for t in turns) / task.turns,
         sum(t[0] for t in turns) / task.turns,
-        task.output_tokens / task.turns,
+        steps / task.turns,
     )
     rows, producing = [], 0.0
     for k, (new, cached, ctx, prefill, _) in enumerate(turns):
         first = perf._token_seconds(s, ctx) + extra
-        ttft = overhead + prefill + first + (perf._chunks(s, new) - 1) * s.token_line.at(ctx)
+        early = (perf._chunks(s, new) - 1) * (s.token_line.at(ctx) + extra)
+        ttft = overhead + prefill + first + early
         decode = perf._decode_span_seconds(s, ctx + 1, outputs[k] - 1) + (outputs[k] - 1) * extra
         producing += first + decode
         rows.append((new, cached, outputs[k], ttft, decode, agent))
