@@ -209,6 +209,15 @@ def serving_point(
         ttft = prefill + chunks * (step + extra) + ttft_extra
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
+    def prompt_seconds(batch: float) -> float:
+        # What one prompt holds the GPU for at ``batch`` streams: riding the others'
+        # decode steps (its pieces share their weight read: riding's whole cycle over
+        # the B - 1 prompts it carries), or alone at one stream, whichever is less.
+        c = math.floor(batch)
+        if c <= 1:
+            return prefill
+        return min(prefill, riding(float(c)) * (chunks + output_tokens - 1) / (c - 1))
+
     capacity = None
     run = None
     if offline_requests is not None:
@@ -231,7 +240,7 @@ def serving_point(
     else:
         streams, ttft, tpot, queue, capacity = open_loop(
             at, rate_per_second, replicas, slots,
-            prefill if gpu and not disaggregated_prefill else 0.0,
+            prompt_seconds(slots) if gpu and not disaggregated_prefill else 0.0,
         )  # fmt: skip
         throughput = rate_per_second * output_tokens
     # Where a stream's time per output token goes at the batch its TPOT was taken at
@@ -373,7 +382,9 @@ def open_loop(
     N = rate x S(max(1, N)) (a fixed point; S grows with N), found by bisection on
     [0, c] with c = the replica's slots (GPU: min(max_batch_size, what paged KV holds);
     wafer: its pipeline slots). Capacity = min(c / S(c), 1 / prefill): every slot busy,
-    or the GPU busy prefilling alone. Queueing in TTFT (means): waiting for a slot, an
+    or the GPU busy prefilling (``prefill``: what one prompt holds the GPU for with
+    every slot busy: riding the decode steps, an MoE prompt's pieces share their
+    experts' read, so it costs less than alone). Queueing in TTFT (means): waiting for a slot, an
     M/D/c queue (Allen-Cunneen: Erlang C x (1 + 0) / 2 for Poisson arrivals and a fixed
     request size) with c slots and service time S(c): a request waits only while all c
     slots are held, and then every holder's request time is the full batch's (with S(N)
