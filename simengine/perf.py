@@ -66,7 +66,13 @@ from .parallel import (
 )
 from .params import DEFAULT_PARAMS, EngineParams
 from .placement import _split_layers, placement, resolve_device
-from .prefill import interference, prefill_parts, prefill_seconds, with_prefills
+from .prefill import (
+    interference,
+    prefill_parts,
+    prefill_seconds,
+    request_steps,
+    with_prefills,
+)
 from .queueing import TIER_PRIORITY, erlang_c, total_wait_quantile, wait_estimate
 from .served import TRANSPORT_NAMES, Deployment, Knobs, Served, positive_int
 from .speculative import (
@@ -742,7 +748,7 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         float(ctx[0]),
         float(chunks[0]),
         float(new.sum()) / task.turns,
-        float(chunks.sum() + out.sum() - task.turns) / task.turns,
+        float(request_steps(chunks, out).sum()) / task.turns,
         float(chunks.sum()) - task.turns,
     )
 

@@ -190,6 +190,14 @@ def with_prefills(line: StepLine, extra: float) -> StepLine:
     return line._replace(floor=max(0.0, line.floor - extra))
 
 
+def request_steps(chunks, output_tokens):
+    """The steps a request spans on a GPU: the ``chunks`` steps carrying its own prompt
+    (the last of which yields its first token) and one for each other output token - the
+    cycle the other streams' riding prompts spread over (:func:`interference`). Numbers
+    or arrays (one per turn)."""
+    return chunks + output_tokens - 1
+
+
 def interference(
     s: Served, batch: float | None, side: float, prompt_tokens: float, cycle_steps: float
 ) -> float:
@@ -197,7 +205,7 @@ def interference(
     # the other B - 1 streams starts a prompt of ``prompt_tokens`` tokens (``side``: its
     # attention and collectives, prefill_parts) once per cycle of ``cycle_steps`` steps
     # (cycle_steps: the steps a stream's request spans, its own prompt's chunk steps and
-    # its decode steps: chunks + output - 1), and their chunks ride those steps (carried):
+    # its decode steps: request_steps), and their chunks ride those steps (carried):
     # every step of the cycle, the ones carrying the stream's own chunks as much as its
     # decode steps, so each prompt is counted once a cycle (a request of one output token
     # still waits for the B - 1 prompts the cycle carries). A pipeline's stages prefill

@@ -24,7 +24,7 @@ from .parallel import attention_dp_batch_cap, attention_dp_in_phase
 from .params import DEFAULT_PARAMS, EngineParams
 from .perf import _chunks, _serve, _token_line, gpu_token_line, token_parts
 from .placement import resolve_device
-from .prefill import carried, interference, prefill_parts, with_prefills
+from .prefill import carried, interference, prefill_parts, request_steps, with_prefills
 from .queueing import wait_estimate
 from .served import Deployment, Served, positive_int
 from .speculative import Speculation
@@ -194,7 +194,7 @@ def serving_point(
             batch if decoding_with_prefills else None,
             side,
             new_tokens,
-            chunks + output_tokens - 1,
+            request_steps(chunks, output_tokens),
         )
 
     def at(batch: float) -> tuple[float, float, float]:
@@ -216,7 +216,7 @@ def serving_point(
         c = math.floor(batch)
         if c <= 1:
             return prefill
-        return min(prefill, riding(float(c)) * (chunks + output_tokens - 1) / (c - 1))
+        return min(prefill, riding(float(c)) * request_steps(chunks, output_tokens) / (c - 1))
 
     capacity = None
     run = None
@@ -384,8 +384,8 @@ def open_loop(
     wafer: its pipeline slots). Capacity = min(c / S(c), 1 / prefill): every slot busy,
     or the GPU busy prefilling (``prefill``: what one prompt holds the GPU for with
     every slot busy: riding the decode steps, an MoE prompt's pieces share their
-    experts' read, so it costs less than alone). Queueing in TTFT (means): waiting for a slot, an
-    M/D/c queue (Allen-Cunneen: Erlang C x (1 + 0) / 2 for Poisson arrivals and a fixed
+    experts' read, so it costs less than alone). Queueing in TTFT (means): waiting for a
+    slot, an M/D/c queue (Allen-Cunneen: Erlang C x (1 + 0) / 2 for Poisson arrivals and a fixed
     request size) with c slots and service time S(c): a request waits only while all c
     slots are held, and then every holder's request time is the full batch's (with S(N)
     a compute-bound replica, whose throughput N / S(N) has levelled off, would keep N
