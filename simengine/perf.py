@@ -711,10 +711,8 @@ class _Turns:
     first_chunks: float
     mean_new: float  # mean prompt tokens a turn prefills (chunked-prefill interference)
     # The steps a turn spans on a GPU, on average (its chunk steps + its other output
-    # tokens': the cycle the other streams' riding prompts spread over, interference),
-    # and the turns' chunk steps before each first token, summed (they carry them too).
+    # tokens': the cycle the other streams' riding prompts spread over, interference).
     cycle_steps: float
-    early_chunk_steps: float
 
 
 def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
@@ -749,7 +747,6 @@ def _turn_table(task: TaskProfile, chunk_tokens: float | None) -> _Turns:
         float(chunks[0]),
         float(new.sum()) / task.turns,
         float(request_steps(chunks, out).sum()) / task.turns,
-        float(chunks.sum()) - task.turns,
     )
 
 
@@ -909,9 +906,10 @@ def _service_profile(
         + per_token * turns.tokens.w[-1]
         + extra * task.output_tokens
     )
-    chunked = 0.0
-    if turns.chunk_steps.w[-1]:
-        chunked = line.weighted_sum(turns.chunk_steps) + extra * turns.early_chunk_steps
+    # The turns' chunk steps before each first token (chunk_steps' weights: chunks - 1
+    # each) carry the riding prompts too.
+    early = turns.chunk_steps.w[-1]
+    chunked = line.weighted_sum(turns.chunk_steps) + extra * early if early else 0.0
     generation = n * overhead + pre_sum + producing + chunked + agent_term * n
     # TTFT: API overhead + prefill of the uncached tokens (its chunks ride decode steps
     # on a GPU, each carrying the other streams' riding prompts) + the first token.

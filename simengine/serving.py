@@ -183,19 +183,14 @@ def serving_point(
         ttft_extra = s.transport("ttft_overhead") + s.transport("round_trip")
 
     elsewhere = prefill if disaggregated_prefill else 0.0
+    cycle = request_steps(chunks, output_tokens)  # the steps a request spans
 
     def riding(batch: float) -> float:
         # The other streams' prompt chunks riding each step of a stream's cycle (chunked
         # prefill: its own prompt's chunk steps and its decode steps; none when prompts
         # are prefilled elsewhere, or on wafers).
         decoding_with_prefills = gpu and not disaggregated_prefill
-        return interference(
-            s,
-            batch if decoding_with_prefills else None,
-            side,
-            new_tokens,
-            request_steps(chunks, output_tokens),
-        )
+        return interference(s, batch if decoding_with_prefills else None, side, new_tokens, cycle)
 
     def at(batch: float) -> tuple[float, float, float]:
         # (TTFT without queueing, time per output token, the time a request holds a
@@ -216,7 +211,7 @@ def serving_point(
         c = math.floor(batch)
         if c <= 1:
             return prefill
-        return min(prefill, riding(float(c)) * request_steps(chunks, output_tokens) / (c - 1))
+        return min(prefill, riding(float(c)) * cycle / (c - 1))
 
     capacity = None
     run = None
