@@ -23,7 +23,10 @@ on_each_broker = pytest.mark.parametrize("broker_server", BROKERS, indirect=True
 
 def test_a_job_goes_queued_running_succeeded_with_a_real_worker(stack):
     stack.start_worker()
-    job = stack.submit(prompt="Explain the failing test")
+    # Long enough (~8,000 output tokens: several real seconds at the stack's time scale)
+    # that the polls below still see it running on a loaded machine (as the worker-kill
+    # test's jobs; a 1,000-token job ran between two polls once, 2026-12-07).
+    job = stack.submit(prompt="Explain the failing test", output_tokens=8000)
     assert job["status"] == "queued"
     seen = {job["status"]}
     deadline = time.monotonic() + 60
