@@ -257,3 +257,76 @@ def graph_batch(sizes: tuple[int, ...] | None, batch):
     if i >= len(sizes):
         return batch, True
     return float(sizes[i]), False
+
+
+# ---------------------------------------------------------- the prompt tokens of a step
+#
+# A server schedules at most a budget of tokens in one step; a prompt longer than the
+# budget is prefilled in budget-sized pieces over several steps (chunked prefill), and
+# a step's riding prompts fill at most one budget on each scheduler
+# (:func:`simengine.kv.prompt_piece`, :func:`simengine.prefill.prefill_parts`). A spec
+# states it (``prefill_chunk_tokens``: vLLM's ``--max-num-batched-tokens``, SGLang's
+# ``--chunked-prefill-size``, TensorRT-LLM's ``max_num_tokens``), else
+# :func:`server_prefill_budget` gives the server's default at the software date on the
+# GPU; a spec naming no server (and the catalog's pools) keeps the engine's generic
+# budget, param ``gpu:prefill_chunk_tokens`` (2,048). Sources:
+#
+# * vLLM (``max_num_batched_tokens``, the API server's default): 2,048 from PR #10544
+#   (2024-11-21, "Update default max_num_batch_tokens for chunked prefill to 2048");
+#   8,192 on H100 and H200 from PR #12369 (2025-01-23, "[V1] Increase default batch size
+#   for H100/H200": "the 2K token budget for API server is too small for H100 and
+#   H200"), and on every GPU of 70 GiB or more from PR #17073 (2025-04-23, "Use larger
+#   batch sizes for A100/B100/B200/MI300x", by memory; A100 excluded again by PR #17885);
+#   16,384 on those GPUs from PR #51726 (2026-08-10, "Update default
+#   `_max_num_batched_tokens` from 8192 to 16384" when the GPU's memory allows; ROCm/MAD
+#   PR #235, 2026-08-26: "VLLM now defaults to 16384"). Earlier dates: not modelled (V0
+#   chunked only long prompts), the generic budget.
+# * SGLang (``chunked_prefill_size``): 8,192 from PR #1022 (2024-08); by the GPU's memory
+#   from PR #2044 (2024-11): 8,192 on H100 and H200, and 16,384 at 160 GiB and above
+#   (B200, GB200) from PR #6718 (2025-05-28, "Tune memory arguments on B200":
+#   "chunked_prefill_size: set to 16384"). With DP attention each rank schedules
+#   ``chunked_prefill_size // dp_size`` (sgl-project/sglang PR #35414, 2026-08, which
+#   documents it; the division is taken at every date).
+# * TensorRT-LLM: ``max_num_tokens`` 8,192 (the LLM API's and trtllm-serve's default),
+#   per attention-DP rank (each rank runs its own executor). Chunked prefill is off by
+#   default (``enable_chunked_prefill`` False), so a prompt within the budget is
+#   prefilled whole, which a budget of 8,192 gives; a longer prompt needs chunking on
+#   (the engine then splits it at the budget).
+VLLM_BUDGET_FROM = (2024, 11)  # PR #10544
+VLLM_LARGE_BUDGET_FROM = {"h100": (2025, 1), "h200": (2025, 1)}  # PR #12369
+VLLM_LARGE_BUDGET_BY_MEMORY_FROM = (2025, 4)  # PR #17073
+VLLM_LARGER_BUDGET_FROM = (2026, 8)  # PR #51726
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+SGLANG_LARGE_BUDGET_FROM = (2025, 5)  # PR #6718
+TENSORRT_LLM_MAX_NUM_TOKENS = 8192
+
+
+def server_prefill_budget(
+    server: str | None,
+    software: str | None,
+    device: str,
+    memory_bytes: float,
+    dp_ranks: int = 1,
+) -> int | None:
+    """The prompt tokens ``server`` schedules in one step on one scheduler by default at
+    the ``software`` date on ``device`` (a GPU of ``memory_bytes``), its replica's
+    attention split over ``dp_ranks`` data-parallel ranks (1: none). None: not known
+    (no server stated, or a date before the rules above), the engine's generic budget."""
+    when = era_key(software or "")
+    if server == "vllm":
+        if when is not None and when < VLLM_BUDGET_FROM:
+            return None
+        if memory_bytes < VLLM_LARGE_GPU_BYTES:
+            return 2048
+        if when is None or when >= VLLM_LARGER_BUDGET_FROM:
+            return 16384
+        since = VLLM_LARGE_BUDGET_FROM.get(device, VLLM_LARGE_BUDGET_BY_MEMORY_FROM)
+        return 8192 if when >= since else 2048
+    if server == "sglang":
+        large = memory_bytes >= SGLANG_LARGE_GPU_BYTES and (
+            when is None or when >= SGLANG_LARGE_BUDGET_FROM
+        )
+        return max(1, (16384 if large else 8192) // max(1, dp_ranks))
+    if server == "tensorrt-llm":
+        return TENSORRT_LLM_MAX_NUM_TOKENS
+    return None

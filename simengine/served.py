@@ -82,7 +82,11 @@ class Deployment(HashOnce):
     ``cuda_graph_batch_sizes`` (GPUs, with ``cuda_graphs``): the batch sizes each
     scheduler captured, ascending: a step pads its batch to the next one and runs eager
     above the largest (:func:`simengine.host.graph_batch`); None: every batch its own
-    graph.
+    graph. ``prefill_chunk_tokens`` (GPUs): the prompt tokens the server schedules in
+    one step on one scheduler (vLLM's ``max_num_batched_tokens``, SGLang's
+    ``chunked_prefill_size``, TensorRT-LLM's ``max_num_tokens``): a longer prompt is
+    prefilled in pieces of it (:mod:`simengine.host`); None: the engine's generic budget
+    (param ``gpu:prefill_chunk_tokens``).
     """
 
     device: str
@@ -100,9 +104,14 @@ class Deployment(HashOnce):
     cuda_graphs: bool = True
     overlap_scheduler: bool = True
     cuda_graph_batch_sizes: tuple[int, ...] | None = None
+    prefill_chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
+        if self.prefill_chunk_tokens is not None:
+            if hw.kind != "gpu":
+                raise SimEngineError(f"prefill_chunk_tokens applies to GPUs only, not {hw.key}")
+            positive_int(self.prefill_chunk_tokens, "prefill_chunk_tokens", 1)
         sizes = self.cuda_graph_batch_sizes
         if sizes is not None:
             if hw.kind != "gpu":

@@ -66,7 +66,13 @@ from typing import Any
 
 from .errors import SimEngineError
 from .hardware import HARDWARE
-from .host import SERVER_FEATURES, graph_sizes_up_to, server_default, server_graph_sizes
+from .host import (
+    SERVER_FEATURES,
+    graph_sizes_up_to,
+    server_default,
+    server_graph_sizes,
+    server_prefill_budget,
+)
 from .kv import default_max_batch_size, kv_admission, output_cv, server_kv_value_bytes
 from .model import ModelSpec, default_kv_value_bytes, kv_bytes_per_token
 from .moe import expert_sizes
@@ -168,6 +174,12 @@ SPEC_DEFAULTS: dict[str, Any] = {
     # server stated: every batch its own graph. Give one of the two, not both.
     "cuda_graph_batch_sizes": None,
     "cuda_graph_max_batch": None,
+    # GPUs: the prompt tokens the server schedules in one step (vLLM
+    # --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM
+    # max_num_tokens); a longer prompt is prefilled in pieces of it. Default: the
+    # server's at the software date on the GPU (simengine.host.server_prefill_budget);
+    # no server stated: the engine's generic 2,048 (param gpu:prefill_chunk_tokens).
+    "prefill_chunk_tokens": None,
     "software": None,  # calibrated software version; default: the device's current one
     "transport": "none",  # none (server-side benchmark) | reworked | legacy
 }
@@ -551,6 +563,15 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
         if npr % ep:
             raise _err(f"devices ({npr}) must be a multiple of expert_parallel ({ep})")
     balancer = s["expert_load_balancer"]  # checked by Deployment
+    budget = s["prefill_chunk_tokens"]
+    if budget is not None:
+        if hw.kind == "wafer":
+            raise _err("prefill_chunk_tokens applies to GPUs only; cs-3 is served by its own stack")
+        budget = _int(s, "prefill_chunk_tokens", "")
+    elif hw.kind == "gpu":
+        budget = server_prefill_budget(
+            s["server"], s["software"], device, hw.memory_bytes, (npr or 1) if adp else 1
+        )
     if adp and (ep <= 1 or npr != ep or (pp or 1) > 1):
         raise _err(
             "attention_data_parallel needs a mixture of experts with expert_parallel = "
@@ -571,6 +592,7 @@ def parse_spec(data: Any) -> tuple[ModelSpec, Deployment, dict[str, Any]]:
             attention_dp_balance=balance,
             expert_load_balancer=balancer,
             cuda_graph_batch_sizes=graph_sizes if server_features["cuda_graphs"] else None,
+            prefill_chunk_tokens=budget,
             **server_features,
         )
     except SimEngineError as exc:
@@ -662,6 +684,13 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
         point[key] = getattr(deployment, key) if gpu else None
     sizes = deployment.cuda_graph_batch_sizes
     point["cuda_graph_max_batch"] = sizes[-1] if sizes else None
+    # The prompt tokens a step schedules (stated, the server's default, or the generic
+    # budget); None on wafers.
+    point["prefill_chunk_tokens"] = (
+        (deployment.prefill_chunk_tokens or int(params.get("gpu:prefill_chunk_tokens")))
+        if gpu
+        else None
+    )
     return point
 
 
@@ -748,7 +777,7 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         keys = (*_OUTPUT_KEYS, "replicas", "devices", "tensor_parallel", "pipeline_stages")
-        server = ("kv_admission", *SERVER_FEATURES, "cuda_graph_max_batch")
+        server = ("kv_admission", *SERVER_FEATURES, "cuda_graph_max_batch", "prefill_chunk_tokens")
         for key in (*keys, *server, "software", "software_era"):
             v = result[key]
             if v is None:
