@@ -286,7 +286,8 @@ def graph_batch(sizes: tuple[int, ...] | None, batch):
 #   (B200, GB200) from PR #6718 (2025-05-28, "Tune memory arguments on B200":
 #   "chunked_prefill_size: set to 16384"). With DP attention each rank schedules
 #   ``chunked_prefill_size // dp_size`` (sgl-project/sglang PR #35414, 2026-08, which
-#   documents it; the division is taken at every date).
+#   documents it; the division is taken at every date). Earlier dates: the generic
+#   budget.
 # * TensorRT-LLM: ``max_num_tokens`` 8,192 (the LLM API's and trtllm-serve's default),
 #   per attention-DP rank (each rank runs its own executor). Chunked prefill is off by
 #   default (``enable_chunked_prefill`` False), so a prompt within the budget is
@@ -297,6 +298,7 @@ VLLM_LARGE_BUDGET_FROM = {"h100": (2025, 1), "h200": (2025, 1)}  # PR #12369
 VLLM_LARGE_BUDGET_BY_MEMORY_FROM = (2025, 4)  # PR #17073
 VLLM_LARGER_BUDGET_FROM = (2026, 8)  # PR #51726
 VLLM_LARGE_GPU_BYTES = 70 * 2**30
+SGLANG_BUDGET_FROM = (2024, 8)  # PR #1022
 SGLANG_LARGE_BUDGET_FROM = (2025, 5)  # PR #6718
 TENSORRT_LLM_MAX_NUM_TOKENS = 8192
 
@@ -323,6 +325,8 @@ def server_prefill_budget(
         since = VLLM_LARGE_BUDGET_FROM.get(device, VLLM_LARGE_BUDGET_BY_MEMORY_FROM)
         return 8192 if when >= since else 2048
     if server == "sglang":
+        if when is not None and when < SGLANG_BUDGET_FROM:
+            return None
         large = memory_bytes >= SGLANG_LARGE_GPU_BYTES and (
             when is None or when >= SGLANG_LARGE_BUDGET_FROM
         )

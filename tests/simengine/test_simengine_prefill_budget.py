@@ -48,6 +48,7 @@ def test_vllm_budget_by_date_and_gpu(software, device, expected):
 
 
 def test_sglang_budget_by_memory_date_and_dp_attention():
+    assert _budget("sglang", "2024-06", "h200") is None  # before PR #1022: not modelled
     assert _budget("sglang", "2025-03", "h200") == 8192
     assert _budget("sglang", "2025-03", "b200") == 8192  # before PR #6718
     assert _budget("sglang", "2025-06", "b200") == 16384  # 160 GiB and above
