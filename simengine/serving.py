@@ -192,16 +192,36 @@ def serving_point(
         decoding_with_prefills = gpu and not disaggregated_prefill
         return interference(s, batch if decoding_with_prefills else None, side, new_tokens, cycle)
 
+    # An open loop's prompts queue first come, first served (open_loop's M/D/1 prefill
+    # wait; GPUs prefilling here): chunked prefill serves waiting prompts in arrival
+    # order, and a prompt being chunked is running, so it takes each step's budget
+    # before any prompt behind it. The prompts ahead of a request are its queue; its own
+    # chunk steps then carry its chunks and the batch's decodes, and the prompts behind
+    # it ride its decode steps. A closed loop has no such queue, and its mean field
+    # (every step of the cycle carrying its share) stands in for it.
+    queued = rate_per_second is not None and gpu and not disaggregated_prefill
+
+    def decode_riding(batch: float) -> float:
+        # The other streams' prompts riding each of a stream's decode steps: the mean
+        # field's, or in an open loop the whole cycle's over its decode steps.
+        extra = riding(batch)
+        if queued and output_tokens > 1:
+            return extra * cycle / (output_tokens - 1)
+        return extra
+
     def at(batch: float) -> tuple[float, float, float]:
         # (TTFT without queueing, time per output token, the time a request holds a
         # decode slot: from its prefill on, or from its KV's arrival when disaggregated).
-        # The steps carrying the prompt's own chunks (the last one yields its first
-        # token) carry the other streams' riding prompts as its decode steps do.
+        # Closed loop: the steps carrying the prompt's own chunks (the last one yields
+        # its first token) carry the other streams' riding prompts as its decode steps
+        # do. Open loop: they carry none (``queued`` above).
         line = _token_line(s, batch, context) if gpu else s.token_line
-        extra = riding(batch)
+        extra = decode_riding(batch)
+        chunk_extra = 0.0 if queued else extra
         step = with_prefills(line, extra).at(context)
         tpot = step + per_token + extra
-        ttft = prefill + chunks * (step + extra) + ttft_extra
+        chunk_step = with_prefills(line, chunk_extra).at(context)
+        ttft = prefill + chunks * (chunk_step + chunk_extra) + ttft_extra
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 
     def prompt_seconds(batch: float) -> float:
@@ -245,7 +265,7 @@ def serving_point(
     parts, bounds = None, None
     if run is None:
         timed_at = max(1.0, streams)
-        parts, bounds = token_parts(s, timed_at, context, riding(timed_at), per_token)
+        parts, bounds = token_parts(s, timed_at, context, decode_riding(timed_at), per_token)
     return {
         "ttft_seconds": ttft + queue,
         "time_per_output_token_seconds": tpot,

@@ -16,6 +16,10 @@ LLAMA_70B = {
 }  # fmt: skip
 BASE = {"model": LLAMA_70B, "hardware": "h100", "devices": 2, "tensor_parallel": 2,
         "input_tokens": 1000, "output_tokens": 500}  # fmt: skip
+LLAMA_8B_FP8 = {
+    "name": "llama-3.1-8b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+    "head_dim": 128, "params_b": 8.03, "dtype": "fp8",
+}  # fmt: skip
 WAFER = {"model": {**LLAMA_70B, "dtype": "bf16"}, "hardware": "cs-3",
          "input_tokens": 1000, "output_tokens": 500}  # fmt: skip
 
@@ -88,3 +92,28 @@ def test_rate_is_split_evenly_over_replicas():
 def test_open_loop_field_errors(fields, message):
     with pytest.raises(SimEngineError, match=message):
         predict_spec({**BASE, **fields})
+
+
+def test_an_open_loops_first_token_waits_for_the_prompts_ahead_once():
+    # Issue 28, thirty-second round. Chunked prefill serves waiting prompts first come,
+    # first served: the prompts ahead of a request are its M/D/1 prefill queue, and its
+    # own chunk steps then carry its chunks and the batch's decodes, not the others'
+    # prompts (those ride its decode steps: TPOT's prefill_riding). Before, its chunk
+    # steps also carried the mean field's riding prompts, counting the queue twice.
+    spec = {"model": LLAMA_8B_FP8, "hardware": "h100", "devices": 1, "input_tokens": 4000,
+            "output_tokens": 200}  # fmt: skip
+    chunks = 2  # 4,000 tokens in pieces of the generic 2,048
+    cap = _capacity(spec)
+    idle = predict_spec({**spec, "rate_per_second": 1e-4 * cap})
+    assert idle["batch"] < 1.0  # timed at one stream: nothing rides
+    prefill = (
+        idle["ttft_seconds"]
+        - idle["queue_seconds"]
+        - chunks * idle["time_per_output_token_seconds"]
+    )
+    for f in (0.5, 0.9):
+        r = predict_spec({**spec, "rate_per_second": f * cap})
+        parts = r["time_per_output_token_parts"]
+        assert parts["prefill_riding"] > 0.0  # the others' prompts ride the decode steps
+        step = r["time_per_output_token_seconds"] - parts["prefill_riding"] - parts["transport"]
+        assert r["ttft_seconds"] - r["queue_seconds"] == pytest.approx(prefill + chunks * step)
