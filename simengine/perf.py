@@ -260,7 +260,7 @@ def _knobs(s: Served) -> Knobs:
             step_overhead=get("gpu:kernel_overhead") * decode_kernels(s.model),
             speculation=spec,
             tier_batch=get(f"tier:{s.deployment.tier}:batch"),
-            chunk_tokens=s.deployment.prefill_chunk_tokens or get("gpu:prefill_chunk_tokens"),
+            chunk_tokens=s.deployment.prefill_budget(s.params),
             wafer_pass=0.0,
             wafer_fixed=0.0,
             host_per_stream=_host_per_stream(s),

@@ -106,6 +106,11 @@ class Deployment(HashOnce):
     cuda_graph_batch_sizes: tuple[int, ...] | None = None
     prefill_chunk_tokens: int | None = None
 
+    def prefill_budget(self, params) -> float:
+        """The prompt tokens a step schedules on one scheduler (GPUs): the stated or
+        server-default ``prefill_chunk_tokens``, else the engine's generic budget."""
+        return self.prefill_chunk_tokens or params.get("gpu:prefill_chunk_tokens")
+
     def __post_init__(self) -> None:
         hw = resolve_device(self.device)
         if self.prefill_chunk_tokens is not None:

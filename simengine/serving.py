@@ -220,7 +220,7 @@ def serving_point(
         chunk_extra = 0.0 if queued else extra
         step = with_prefills(line, extra).at(context)
         tpot = step + per_token + extra
-        chunk_step = with_prefills(line, chunk_extra).at(context)
+        chunk_step = step if chunk_extra == extra else with_prefills(line, chunk_extra).at(context)
         ttft = prefill + chunks * (chunk_step + chunk_extra) + ttft_extra
         return ttft, tpot, ttft - elsewhere + (output_tokens - 1) * tpot
 

@@ -686,11 +686,7 @@ def predict_spec(data: Any, params: EngineParams = DEFAULT_PARAMS) -> dict[str, 
     point["cuda_graph_max_batch"] = sizes[-1] if sizes else None
     # The prompt tokens a step schedules (stated, the server's default, or the generic
     # budget); None on wafers.
-    point["prefill_chunk_tokens"] = (
-        (deployment.prefill_chunk_tokens or int(params.get("gpu:prefill_chunk_tokens")))
-        if gpu
-        else None
-    )
+    point["prefill_chunk_tokens"] = int(deployment.prefill_budget(params)) if gpu else None
     return point
 
 
